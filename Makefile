@@ -1,0 +1,53 @@
+# kimi.deploy developer entry points. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+# Pinned interpreter: the machine's default python3 (3.11) resolves an older Ansible.
+PYTHON ?= $(shell for p in python3.12 /root/.pyenv/versions/3.12*/bin/python3.12 /usr/bin/python3.12; do \
+	$$p -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null && { echo $$p; break; }; done)
+VENV := .venv
+BIN := $(VENV)/bin
+COLLECTION_LINK := .collections/ansible_collections/kimi/deploy
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+
+.PHONY: help setup lint sanity unit test plan build clean
+
+help:  ## List targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+$(BIN)/.stamp: requirements-dev.txt
+	@test -n "$(PYTHON)" || { echo "Python 3.12 not found: set PYTHON=/path/to/python3.12" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+$(COLLECTION_LINK):
+	mkdir -p $(dir $@)
+	ln -sfn ../../.. $@
+
+setup: $(BIN)/.stamp $(COLLECTION_LINK)  ## Make the virtualenv and link this checkout as kimi.deploy
+	@$(BIN)/ansible --version | head -1
+
+plan: setup  ## Resolve and print a deployment, no host needed (QUANT=, ENGINE=, GPUS=fixture name)
+	$(BIN)/ansible-playbook playbooks/plan.yml -e quant=$(or $(QUANT),auto) -e engine=$(or $(ENGINE),auto) \
+		-e @tests/fixtures/gpus/$(or $(GPUS),rtx-pro-6000-x8).json
+
+lint: setup  ## yamllint + ansible-lint (production profile)
+	$(BIN)/yamllint --strict .
+	$(BIN)/ansible-lint --profile production
+
+sanity: setup  ## ansible-test sanity on a copy laid out as ansible_collections/kimi/deploy
+	tests/sanity.sh
+
+unit: setup  ## Unit tests (pytest)
+	$(BIN)/pytest tests/unit
+
+test: setup  ## Everything CI runs: lint, sanity, unit tests
+	tests/run-all.sh
+
+build: setup  ## Build the collection tarball into build/
+	$(BIN)/ansible-galaxy collection build --force --output-path build .
+
+clean:  ## Remove the virtualenv, the collection link and build output
+	rm -rf $(VENV) .collections build

@@ -1,0 +1,90 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: deployment
+short_description: Resolve the whole Kimi-K2.6 deployment from user inputs and GPU facts
+version_added: 0.1.0
+author: kimi.deploy contributors
+description:
+  - The one place where a deployment is decided. Combines the user's choices (C(quant), C(engine), KV dtype, ...)
+    with the host's GPUs, applies the recommendation for anything left C(auto), validates every field and returns
+    the dict the roles consume (C(kimi_deployment)).
+  - Refuses bad input with the variable name and the allowed values, before any host is changed.
+options:
+  _input:
+    description:
+      - User inputs. Keys C(quant), C(engine), C(kv_cache_dtype), C(moe_backend), C(context_length),
+        C(mem_fraction), C(tp), C(host), C(port), C(served_model_name), C(extra_args), C(image),
+        C(revisions) (a dict C({int4 => sha, nvfp4 => sha})). Empty, null or C(auto) values are derived.
+    type: dict
+    required: true
+  gpus:
+    description: GPU list as in M(kimi.deploy.gpu_facts)'s C(kimi_gpus). Needed when quant or engine is C(auto).
+    type: list
+    elements: dict
+    default: []
+  require_revision:
+    description: Fail when the checkpoint revision is not set. The plan playbook turns it off to preview.
+    type: bool
+    default: true
+"""
+
+EXAMPLES = r"""
+- name: Resolve the deployment for this host
+  ansible.builtin.set_fact:
+    kimi_deployment: >-
+      {{ {'quant': quant, 'engine': engine, 'revisions': {'int4': kimi_int4_revision}}
+         | kimi.deploy.deployment(kimi_gpus) }}
+"""
+
+RETURN = r"""
+_value:
+  description: The resolved deployment.
+  type: dict
+  contains:
+    identity:
+      description: C(<quant>-<engine>), e.g. C(int4-sglang).
+      type: str
+    reasons:
+      description: Why this identity (recommendation and fit).
+      type: list
+      elements: str
+    checkpoint:
+      description: C(repo_id), C(revision), C(format), C(weights_bytes), C(disk_bytes_required).
+      type: dict
+    image:
+      description: Pinned engine image (NVFP4 is the locally built patched image).
+      type: str
+    argv:
+      description: Container command (see the engine_flags filter).
+      type: list
+      elements: str
+    command:
+      description: Full process command line including the image entry point.
+      type: list
+      elements: str
+    hardware:
+      description: GPU summary, KV estimate and fit verdict; null without GPU facts.
+      type: dict
+"""
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.kimi.deploy.plugins.module_utils._deployment import DeploymentError, resolve
+
+
+def deployment_filter(inputs, gpus=None, require_revision=True):
+    try:
+        return resolve(inputs, gpus or [], require_revision=bool(require_revision))
+    except DeploymentError as exc:
+        raise AnsibleFilterError("kimi.deploy.deployment: %s" % exc)
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"deployment": deployment_filter}

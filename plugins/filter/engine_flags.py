@@ -1,0 +1,65 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: engine_flags
+short_description: Build the vLLM or SGLang server command line for a Kimi-K2.6 deployment
+version_added: 0.1.0
+author: kimi.deploy contributors
+description:
+  - Returns the container command, as a list of strings, exactly as C(docker run IMAGE <command>) takes it.
+  - For C(sglang) (whose image has no entry point) it starts with C(python3 -m sglang.launch_server); for C(vllm)
+    (whose image's entry point is C(vllm serve)) it starts with the model.
+  - Always emits full option names that exist in the pinned engine versions (SGLang 0.5.12.post1, vLLM 0.22.1),
+    C(--trust-remote-code), the C(kimi_k2) tool-call and reasoning parsers, and for vLLM C(--enable-auto-tool-choice)
+    and C(--mm-encoder-tp-mode data). NVFP4 adds C(--quantization modelopt_fp4), C(--moe-backend) and
+    C(--disable-custom-all-reduce); INT4 has no C(--quantization) (compressed-tensors is auto-detected).
+  - Invalid combinations fail with the field name and the allowed values, for example C(nvfp4) on C(sglang).
+options:
+  _input:
+    description:
+      - The deployment dict (the C(kimi_deployment) fact, or a dict with the same keys).
+      - Keys C(quant) and C(engine) are required; C(kv_cache_dtype), C(moe_backend), C(tp), C(host), C(port),
+        C(served_model_name), C(context_length), C(mem_fraction), C(extra_args), C(model) are optional.
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Show the engine command line
+  ansible.builtin.debug:
+    msg: "{{ {'quant': 'int4', 'engine': 'sglang', 'tp': 8} | kimi.deploy.engine_flags | join(' ') }}"
+
+- name: Use it as a container command
+  community.docker.docker_container:
+    name: kimi-k26
+    image: "{{ kimi_deployment.image }}"
+    command: "{{ kimi_deployment | kimi.deploy.engine_flags }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The engine server's arguments, one string per element.
+  type: list
+  elements: str
+"""
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.kimi.deploy.plugins.module_utils._deployment import DeploymentError, engine_argv
+
+
+def engine_flags_filter(deployment):
+    try:
+        return engine_argv(deployment)
+    except DeploymentError as exc:
+        raise AnsibleFilterError("kimi.deploy.engine_flags: %s" % exc)
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"engine_flags": engine_flags_filter}
