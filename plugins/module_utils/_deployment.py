@@ -473,12 +473,12 @@ def resolve(inputs, gpus=None, require_revision=True):
     ctx = _check_int("context_length", ctx, 4096, MAX_CONTEXT)
     warnings = []
     if engine == "vllm" and kv_tokens is not None and ctx > kv_tokens:
+        values = (_var("context_length"), ctx, kv_tokens, _var("kv_cache_dtype"), kv, _var("mem_fraction"), mem,
+                  summary["count"], summary["min_memory_mib"], _var("mem_fraction"))
         raise DeploymentError(
             "%s=%d is larger than the estimated KV cache (%d tokens with %s=%s, %s=%s on %d x %d MiB): vLLM "
             "refuses to start ('larger than the available KV cache memory'). Lower the context length, use "
-            "kv_cache_dtype fp8, or raise %s." % (_var("context_length"), ctx, kv_tokens, _var("kv_cache_dtype"), kv,
-                                                 _var("mem_fraction"), mem, summary["count"],
-                                                 summary["min_memory_mib"], _var("mem_fraction")))
+            "kv_cache_dtype fp8, or raise %s." % values)
     # SGLang starts whatever the pool; with bf16 KV a 256K request cannot fit (runbook: 116K-token pool).
     if engine == "sglang" and kv_tokens is not None and ctx > kv_tokens and KV_ELEMENT[kv] == "bf16":
         warnings.append("context %d exceeds the estimated KV pool (%d tokens): one request that long would not fit; "
