@@ -29,7 +29,7 @@ $(COLLECTION_LINK):
 setup: $(BIN)/.stamp $(COLLECTION_LINK)  ## Make the virtualenv and link this checkout as kimi.deploy
 	@$(BIN)/ansible --version | head -1
 
-plan: setup  ## Resolve and print a deployment, no host needed (QUANT=, ENGINE=, GPUS=fixture name)
+plan: setup  ## Resolve and print a deployment, no host needed (QUANT=, ENGINE=, GPUS=profile)
 	$(BIN)/ansible-playbook playbooks/plan.yml -e quant=$(or $(QUANT),auto) -e engine=$(or $(ENGINE),auto) \
 		-e @tests/fixtures/gpus/$(or $(GPUS),rtx-pro-6000-x8).json
 

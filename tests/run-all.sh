@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The README's test command (`make test`) and what CI runs: every suite, even after a failure, then a timing
+# table and one closing line `summary: N passed, N failed` that counts pytest cases, molecule scenarios and the
+# single-result checks (lint, sanity, build).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export PATH=$root/.venv/bin:$PATH ANSIBLE_CONFIG=$root/ansible.cfg PY_COLORS=0 ANSIBLE_NOCOLOR=1
+out=$root/build/test-results
+mkdir -p "$out"
+passed=0 failed=0
+declare -a rows=()
+
+run() {  # run NAME COMMAND...: one check, counted as one result
+  local name=$1 start=$SECONDS rc
+  shift
+  echo "=== $name: $*"
+  "$@"
+  rc=$?
+  rows+=("$(printf '%-22s %6ss  %s' "$name" $((SECONDS - start)) "$([ $rc = 0 ] && echo ok || echo "FAILED (rc=$rc)")")")
+  if [ $rc = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+  return $rc
+}
+
+count_junit() {  # add a junit file's cases to the totals
+  local counts
+  counts=$(python3 - "$1" <<'PY'
+import sys, xml.etree.ElementTree as ET
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except Exception:
+    print("0 1"); sys.exit()
+suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+total = sum(int(s.get("tests", 0)) for s in suites)
+bad = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+skipped = sum(int(s.get("skipped", 0)) for s in suites)
+print(total - bad - skipped, bad)
+PY
+)
+  passed=$((passed + ${counts% *})); failed=$((failed + ${counts#* }))
+}
+
+suite() {  # suite NAME JUNIT COMMAND...: a runner whose cases are counted from its junit file
+  local name=$1 junit=$2 start=$SECONDS rc
+  shift 2
+  echo "=== $name: $*"
+  rm -f "$junit"
+  "$@"
+  rc=$?
+  rows+=("$(printf '%-22s %6ss  %s' "$name" $((SECONDS - start)) "$([ $rc = 0 ] && echo ok || echo "FAILED (rc=$rc)")")")
+  count_junit "$junit"
+  # A runner that fails without reporting a failed case (collection error, crash) still counts as a failure.
+  if [ $rc != 0 ] && ! grep -q '<failure\|<error' "$junit" 2>/dev/null; then failed=$((failed + 1)); fi
+}
+
+build_and_install() {  # the built tarball installs and its plugins load from the install
+  local tmp
+  tmp=$(mktemp -d)
+  ansible-galaxy collection build --force --output-path "$tmp" . >/dev/null &&
+    ansible-galaxy collection install --offline --force -p "$tmp/installed" "$tmp"/kimi-deploy-*.tar.gz >/dev/null &&
+    ANSIBLE_COLLECTIONS_PATH=$tmp/installed ansible-doc -t filter kimi.deploy.engine_flags >/dev/null &&
+    ! tar -tzf "$tmp"/kimi-deploy-*.tar.gz | grep -qE '^(tests|molecule|\.venv|\.collections)/'
+  local rc=$?
+  rm -rf "$tmp"
+  return $rc
+}
+
+run prepare tests/harness/prepare.sh
+run yamllint yamllint --strict .
+run ansible-lint ansible-lint --profile production
+run sanity tests/sanity.sh
+run build-install build_and_install
+suite pytest "$out/pytest.xml" pytest -q -p no:cacheprovider --junitxml="$out/pytest.xml" tests/unit tests/integration
+
+start=$SECONDS
+KIMI_TEST_SKIP_PREPARE=1 tests/harness/run-molecule.sh 2>&1 | tee "$out/molecule.log"
+mol=$(grep -E '^molecule: [0-9]+ passed, [0-9]+ failed' "$out/molecule.log" | tail -1)
+if [ -n "$mol" ]; then
+  mp=$(sed -E 's/^molecule: ([0-9]+) passed.*/\1/' <<<"$mol"); mf=$(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$mol")
+else
+  mp=0 mf=1
+fi
+passed=$((passed + mp)); failed=$((failed + mf))
+rows+=("$(printf '%-22s %6ss  %s' molecule $((SECONDS - start)) "$mp passed, $mf failed")")
+
+echo
+echo "=== timings"
+printf '%s\n' "${rows[@]}"
+printf '%-22s %6ss\n' total "$SECONDS"
+echo "summary: $passed passed, $failed failed"
+[ "$failed" = 0 ]
