@@ -40,8 +40,8 @@ lint: setup  ## yamllint + ansible-lint (production profile)
 sanity: setup  ## ansible-test sanity on a copy laid out as ansible_collections/kimi/deploy
 	tests/sanity.sh
 
-unit: setup  ## Unit tests (pytest)
-	$(BIN)/pytest tests/unit
+unit: setup  ## Unit and playbook tests (pytest)
+	$(BIN)/pytest -q tests/unit tests/integration
 
 test: setup  ## Everything CI runs: lint, sanity, unit tests
 	tests/run-all.sh
