@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Build the two engine-double images FROM a local BASE_IMAGE (a Debian image with python3). No pulls.
+#   usage: tests/doubles/engine/build-image.sh BASE_IMAGE [--force]
+# Skips the build when both images already carry the same content key (source files + base image id).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+flags_src="$here/../../fixtures/engine_flags"
+SGLANG_IMAGE=kimi-double/sglang:v0.5.12.post1-cu130
+VLLM_IMAGE=kimi-double/vllm-openai:v0.22.1
+base="${1:-}"
+force="${2:-}"
+if [[ -z "$base" || "$base" == -* ]]; then
+  echo "usage: $0 BASE_IMAGE [--force]   (BASE_IMAGE: a local Debian image with python3)" >&2
+  exit 2
+fi
+if ! base_id="$(docker image inspect -f '{{.Id}}' "$base" 2>/dev/null)"; then
+  echo "build-image.sh: base image '$base' not found locally; build it first (no pulls are made)" >&2
+  exit 1
+fi
+key="$( { cd "$here" && find Dockerfile build-image.sh kimi_engine_double shims -type f ! -path '*__pycache__*' \
+          ! -name '*.pyc' | LC_ALL=C sort | xargs sha256sum
+        cd "$flags_src" && sha256sum engine_flags_vllm-0.22.1.json engine_flags_sglang-0.5.12.post1.json
+        echo "$base_id"; } | sha256sum | cut -c1-16)"
+label() { docker image inspect -f '{{index .Config.Labels "kimi.double.content-key"}}' "$1" 2>/dev/null || true; }
+if [[ "$force" != "--force" && "$(label "$SGLANG_IMAGE")" == "$key" && "$(label "$VLLM_IMAGE")" == "$key" ]]; then
+  echo "engine double images up to date (content key $key, base $base): $SGLANG_IMAGE $VLLM_IMAGE"
+  exit 0
+fi
+ctx="$(mktemp -d)"
+trap 'rm -rf "$ctx"' EXIT
+tar -C "$here" --exclude=__pycache__ --exclude='*.pyc' -cf - Dockerfile kimi_engine_double shims | tar -C "$ctx" -xf -
+mkdir "$ctx/flags"
+cp "$flags_src"/engine_flags_vllm-0.22.1.json "$flags_src"/engine_flags_sglang-0.5.12.post1.json "$ctx/flags/"
+for pair in "sglang $SGLANG_IMAGE lmsysorg/sglang:v0.5.12.post1-cu130" "vllm $VLLM_IMAGE vllm/vllm-openai:v0.22.1"; do
+  read -r target image real <<<"$pair"
+  old="$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)"
+  echo "building $image (target $target, FROM $base, content key $key)"
+  DOCKER_BUILDKIT=0 docker build --pull=false -q --target "$target" --build-arg "BASE_IMAGE=$base" \
+    --label kimi.double=engine --label "kimi.double.content-key=$key" --label "kimi.double.stands-in-for=$real" \
+    --label "org.opencontainers.image.description=TEST DOUBLE of $real for kimi.deploy tests: no GPU, no model" \
+    -t "$image" "$ctx" >/dev/null 2>"$ctx/build.err" || { cat "$ctx/build.err" >&2; exit 1; }
+  new="$(docker image inspect -f '{{.Id}}' "$image")"
+  if [[ -n "$old" && "$old" != "$new" ]]; then
+    docker image rm "$old" >/dev/null 2>&1 || true  # the superseded double, if nothing uses it
+  fi
+  echo "built $image ($new)"
+done

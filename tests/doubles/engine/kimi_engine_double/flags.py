@@ -1,0 +1,181 @@
+"""Command-line parsing of the engine double against the pinned flag lists.
+
+The real engines use argparse; this is a small, stricter imitation driven by the JSON dumps of their real
+parsers (tests/fixtures/engine_flags/engine_flags_<engine>-<version>.json). What it copies: unknown options,
+bad choices, missing values and store_true-with-value all exit 2 with argparse's wording. Where it is
+deliberately stricter: abbreviations (unique prefixes) are refused, since the project promises full names.
+"""
+import json
+import os
+import re
+import sys
+
+VERSIONS = {"vllm": "0.22.1", "sglang": "0.5.12.post1"}
+PROGS = {"vllm": "vllm serve", "sglang": "launch_server.py"}
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+class UsageError(Exception):
+    """argparse-like usage error: the real engines print usage and exit 2."""
+
+
+def flags_dir():
+    """Where the flag JSON files are: $KIMI_DOUBLE_FLAGS_DIR, ../flags (image), or the repo fixtures."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [os.environ.get("KIMI_DOUBLE_FLAGS_DIR", ""),
+                  os.path.join(here, "..", "flags"),
+                  os.path.join(here, "..", "..", "..", "fixtures", "engine_flags")]
+    for c in candidates:
+        if c and os.path.isdir(c):
+            return os.path.abspath(c)
+    raise FileNotFoundError("engine double: no flag files found (set KIMI_DOUBLE_FLAGS_DIR)")
+
+
+def load_flags(engine):
+    path = os.path.join(flags_dir(), "engine_flags_%s-%s.json" % (engine, VERSIONS[engine]))
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+class ParsedArgs:
+    """Parsed options keyed by dest (e.g. args.get('tensor_parallel_size')), plus the model."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.values = {}
+        self.model = None
+        self.given = []  # option names as given (canonical long names), in order
+
+    def get(self, dest, default=None):
+        return self.values.get(dest, default)
+
+    def flag(self, dest):
+        return bool(self.values.get(dest))
+
+
+def _looks_like_value(tok):
+    return not tok.startswith("-") or tok == "-" or bool(_NEGATIVE_NUMBER.match(tok))
+
+
+def _bad_choice(spec, name, value):
+    check = value
+    if "lower().replace('-', '_')" in spec.get("validated", ""):
+        check = value.lower().replace("-", "_")
+    if spec.get("choices") and check not in spec["choices"]:
+        raise UsageError("argument %s: invalid choice: %r (choose from %s)"
+                         % (name, value, ", ".join(repr(c) for c in spec["choices"])))
+    return check
+
+
+def parse(engine, argv, table=None):
+    """Parse argv (options after `vllm serve` / `-m sglang.launch_server`). Raises UsageError."""
+    table = table or load_flags(engine)
+    options, shorts = table["options"], table.get("short_options", {})
+    args = ParsedArgs(engine)
+    extras = []
+    positionals = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        i += 1
+        if tok == "--":
+            positionals.extend(argv[i:])
+            break
+        if _looks_like_value(tok):
+            positionals.append(tok)
+            continue
+        name, eq, inline = tok.partition("=")
+        if engine == "vllm" and name.startswith("--"):
+            name = "--" + name[2:].replace("_", "-")  # FlexibleArgumentParser rewrites --foo_bar
+        if engine == "vllm" and re.match(r"^-O\d+$", name):  # -O3 -> --optimization-level 3
+            name, eq, inline = "--optimization-level", "=", name[2:]
+        elif engine == "vllm" and name == "-O":
+            name = "--optimization-level"
+        if name in shorts:
+            name = shorts[name]
+        base = name.split(".", 1)[0]
+        if (engine == "vllm" and "." in name and base in options and base.endswith("-config")
+                and options[base]["takes_value"]):
+            spec = dict(options[base], choices=None, nargs=None)  # --speculative-config.method mtp
+        elif name in options:
+            spec = options[name]
+        else:
+            matches = [o for o in options if o.startswith(name)] if name.startswith("--") else []
+            if matches:
+                raise UsageError(
+                    "unrecognized arguments: %s (an abbreviation of %s; the engine double requires "
+                    "full option names, which is what kimi.deploy promises to emit)"
+                    % (tok, " / ".join(sorted(matches)[:5])))
+            extras.append(tok)
+            while i < len(argv) and _looks_like_value(argv[i]) and (engine != "vllm" or args.model
+                                                                    or positionals):
+                extras.append(argv[i])
+                i += 1
+            continue
+        args.given.append(name)
+        dest, nargs = spec["dest"], spec.get("nargs")
+        if not spec["takes_value"]:
+            if eq:
+                raise UsageError("argument %s: ignored explicit argument %r" % (name, inline))
+            if spec["action"] == "BooleanOptionalAction":
+                args.values[dest] = not name.startswith("--no-")
+            elif spec["action"] == "_HelpAction":
+                args.values["help"] = True
+            elif spec["action"] != "DeprecatedAction":
+                args.values[dest] = True
+            continue
+        vals = [inline] if eq else []
+        if not eq:
+            while i < len(argv) and _looks_like_value(argv[i]):
+                vals.append(argv[i])
+                i += 1
+                if nargs not in ("+", "*"):
+                    break
+        if not vals and nargs not in ("?", "*"):
+            raise UsageError("argument %s: expected %s argument" % (
+                name, "at least one" if nargs == "+" else "one"))
+        vals = [_bad_choice(spec, name, v) for v in vals]
+        if nargs in ("+", "*"):
+            args.values[dest] = vals
+        elif spec["action"] == "_AppendAction":
+            args.values.setdefault(dest, []).append(vals[0])
+        else:
+            args.values[dest] = vals[0] if vals else None
+    if engine == "vllm":
+        if positionals:
+            args.model = positionals.pop(0)
+        extras.extend(positionals)
+        args.model = args.model or args.values.get("model")
+    else:
+        extras.extend(positionals)
+        args.model = args.values.get("model_path")
+    if extras:
+        raise UsageError("unrecognized arguments: %s" % " ".join(extras))
+    if engine == "sglang" and not args.model and not args.values.get("help"):
+        raise UsageError("the following arguments are required: --model-path/--model")
+    return args
+
+
+def startup_problems(args, table=None):
+    """Values the real engine accepts at parse time but refuses at start-up (JSON `valid_values`)."""
+    table = table or load_flags(args.engine)
+    problems, seen = [], set()
+    for name, spec in table["options"].items():
+        valid, value = spec.get("valid_values"), args.values.get(spec["dest"])
+        if not valid or value is None or spec["dest"] in seen:
+            continue
+        seen.add(spec["dest"])
+        check = value.upper() if args.engine == "sglang" else value  # SGLang upper-cases enum names
+        if check not in valid:
+            problems.append("ValueError: invalid value %r for %s; valid values are: %s"
+                            % (value, name, ", ".join(valid)))
+    return problems
+
+
+def usage_exit(engine, message, stream=None):
+    """Print argparse-style usage + error and exit 2, like the real parsers."""
+    stream = stream or sys.stderr
+    prog = PROGS[engine]
+    print("usage: %s [options]%s" % (prog, " model_tag" if engine == "vllm" else ""), file=stream)
+    print("%s: error: %s" % (prog, message), file=stream)
+    sys.exit(2)

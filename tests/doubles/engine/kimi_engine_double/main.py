@@ -1,0 +1,48 @@
+"""Process entry points: `vllm serve <model> [options]` and `python3 -m sglang.launch_server [options]`."""
+import signal
+import sys
+import threading
+
+from . import flags
+from .server import EngineDouble
+
+VLLM_SUBCOMMANDS = ("chat", "complete", "serve", "bench", "collect-env", "run-batch")
+
+
+def serve(engine, argv):
+    """Parse argv like the real engine, then run the double until SIGTERM/SIGINT. Returns the exit code."""
+    try:
+        args = flags.parse(engine, argv)
+    except flags.UsageError as e:
+        flags.usage_exit(engine, str(e))
+    if args.get("help"):
+        print("usage: %s [options] -- engine double of %s %s; options: see the pinned flag list"
+              % (flags.PROGS[engine], engine, flags.VERSIONS[engine]))
+        return 0
+    for dest in ("port", "tensor_parallel_size"):
+        value = args.get(dest)
+        if value is not None and not str(value).lstrip("-").isdigit():
+            flags.usage_exit(engine, "argument --%s: invalid int value: %r" % (dest.replace("_", "-"), value))
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return EngineDouble(engine, args).run(stop)
+
+
+def vllm_cli(argv):
+    """The `vllm` console script: only `serve` does anything in the double."""
+    if argv[:1] in (["--version"], ["-v"]):
+        print(flags.VERSIONS["vllm"])
+        return 0
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: vllm [-h] [-v] {%s} ... (engine double)" % ",".join(VLLM_SUBCOMMANDS))
+        return 0 if argv else 2
+    if argv[0] in VLLM_SUBCOMMANDS and argv[0] != "serve":
+        print("vllm %s: not provided by the engine double" % argv[0], file=sys.stderr)
+        return 1
+    if argv[0] != "serve":
+        print("usage: vllm [-h] [-v] {%s} ..." % ",".join(VLLM_SUBCOMMANDS), file=sys.stderr)
+        print("vllm: error: argument subparser: invalid choice: %r (choose from %s)"
+              % (argv[0], ", ".join(repr(c) for c in VLLM_SUBCOMMANDS)), file=sys.stderr)
+        return 2
+    return serve("vllm", argv[1:])

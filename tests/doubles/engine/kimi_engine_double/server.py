@@ -1,0 +1,423 @@
+"""The engine double's life cycle (start-up checks, weight load, readiness) and its OpenAI-compatible API."""
+import base64
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from . import flags, hfcache, png
+
+READY_LINE = {"sglang": "The server is fired up and ready to roll!", "vllm": "Application startup complete."}
+DEFAULT_PORT = {"sglang": 30000, "vllm": 8000}
+DEFAULT_HOST = {"sglang": "127.0.0.1", "vllm": "0.0.0.0"}
+AUTO_TOOL_ERROR = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+
+
+class EngineDouble:
+    """One engine double process: `run(stop)` goes through start-up and serves until `stop` is set."""
+
+    def __init__(self, engine, args, env=None, out=None, err=None):
+        self.engine, self.args = engine, args
+        self.env = dict(os.environ) if env is None else env
+        self.out, self.err = out or sys.stdout, err or sys.stderr
+        self.model = args.model
+        names = args.get("served_model_name")
+        if isinstance(names, str):
+            names = [names]
+        self.names = names or [self.model]
+        self.host = args.get("host") or DEFAULT_HOST[engine]
+        self.port = int(args.get("port") or DEFAULT_PORT[engine])
+        self.state = "starting"
+        self.bound = threading.Event()  # set once the HTTP socket listens (self.port is then the real port)
+        self.ready = threading.Event()
+        self.httpd = None
+        self.loaded = None
+        self.lock = threading.Lock()
+        self.counters = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "running": 0}
+        self.created = int(time.time())
+
+    # ---- logging, in each engine's style -------------------------------------------------------------
+    def log(self, msg, where="api_server.py"):
+        now = time.localtime()
+        if self.engine == "vllm":
+            line = "(APIServer pid=%d) INFO %s [%s] %s" % (os.getpid(), time.strftime("%m-%d %H:%M:%S", now),
+                                                           where, msg)
+        else:
+            line = "[%s] %s" % (time.strftime("%Y-%m-%d %H:%M:%S", now), msg)
+        print(line, file=self.out, flush=True)
+
+    def fail(self, msg):
+        print(("(APIServer pid=%d) ERROR " % os.getpid() if self.engine == "vllm" else "") + msg,
+              file=self.err, flush=True)
+        return 1
+
+    # ---- start-up -------------------------------------------------------------------------------------
+    def startup_problems(self):
+        problems = flags.startup_problems(self.args)
+        crash = self.env.get("KIMI_DOUBLE_CRASH", "")
+        if crash and crash != "startup" and not (crash.startswith("after:") and _is_number(crash[6:])):
+            problems.append("engine double: bad KIMI_DOUBLE_CRASH=%r (use startup or after:<seconds>)" % crash)
+        if crash == "startup":
+            problems.append("RuntimeError: Engine core initialization failed. See root cause above. "
+                            "[engine double: KIMI_DOUBLE_CRASH=startup]")
+        return problems
+
+    def quantization_problem(self, config):
+        wanted = self.args.get("quantization")
+        have = (config.get("quantization_config") or {}).get("quant_method")
+        if wanted and have and wanted != have and not (wanted.startswith("modelopt") and have.startswith("modelopt")):
+            return ("ValueError: Quantization method specified in the model config (%s) does not match the "
+                    "quantization method specified in the `quantization` argument (%s)." % (have, wanted))
+        return None
+
+    def run(self, stop):
+        """Whole life cycle; returns the process exit code (0 after a clean stop)."""
+        try:
+            return self._run(stop)
+        finally:
+            if self.httpd:
+                self.httpd.shutdown()
+                self.httpd.server_close()
+
+    def _run(self, stop):
+        version = flags.VERSIONS[self.engine]
+        if self.engine == "vllm":
+            self.log("vLLM API server version %s [KIMI ENGINE DOUBLE: a test stand-in, no GPU, no model]"
+                     % version)
+            self.log("non-default args: %s" % dict(sorted(self.args.values.items())), "utils.py")
+        else:
+            self.log("sglang %s [KIMI ENGINE DOUBLE: a test stand-in, no GPU, no model]" % version)
+            self.log("server_args=ServerArgs(%s)" % ", ".join("%s=%r" % kv for kv in sorted(self.args.values.items())))
+        problems = self.startup_problems()
+        if problems:
+            return self.fail("\n".join(problems))
+        t0 = time.time()
+        self.log("Loading weights from %s" % self.model, "default_loader.py" if self.engine == "vllm" else "")
+        try:
+            self.loaded = hfcache.load(self.model, self.args.get("revision"), self.env,
+                                       trust_remote_code=self.args.flag("trust_remote_code"))
+        except hfcache.LoadError as e:
+            return self.fail(str(e))
+        problem = self.quantization_problem(self.loaded["config"])
+        if problem:
+            return self.fail(problem)
+        self.log("Loading weights took %.2f seconds: %d files, %d bytes read from %s" % (
+            time.time() - t0, self.loaded["files"], self.loaded["bytes"], self.loaded["snapshot"]),
+            "default_loader.py")
+        delay = float(self.env.get("KIMI_DOUBLE_START_DELAY") or 0)
+        if self.engine == "sglang":  # SGLang listens early and answers /health with 503 until warmed up
+            if not self._bind():
+                return 1
+            self.log("Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (self.host, self.port))
+            if stop.wait(delay):
+                return self._stopped()
+            self.log("End of prefill warmup [engine double]")
+        else:  # vLLM only binds once the engine is up: connection refused until then
+            if stop.wait(delay):
+                return self._stopped()
+            if not self._bind():
+                return 1
+            for line in ("Started server process [%d]" % os.getpid(), "Waiting for application startup."):
+                print("(APIServer pid=%d) INFO:     %s" % (os.getpid(), line), file=self.out, flush=True)
+        self.state = "ready"
+        self.ready.set()
+        if self.engine == "vllm":
+            print("(APIServer pid=%d) INFO:     %s" % (os.getpid(), READY_LINE["vllm"]), file=self.out, flush=True)
+        else:
+            self.log(READY_LINE["sglang"])
+        crash = self.env.get("KIMI_DOUBLE_CRASH", "")
+        crash_at = time.time() + float(crash[6:]) if crash.startswith("after:") else None
+        while not stop.wait(0.2):
+            if crash_at and time.time() >= crash_at:
+                self.state = "dead"
+                return self.fail("RuntimeError: engine double: simulated crash (KIMI_DOUBLE_CRASH=%s): "
+                                 "EngineCore encountered a fatal error." % crash)
+        return self._stopped()
+
+    def _stopped(self):
+        self.log("Shutting down [engine double]")
+        return 0
+
+    def _bind(self):
+        handler = type("Handler", (_Handler,), {"engine": self})
+        try:
+            self.httpd = ThreadingHTTPServer((self.host, self.port), handler)
+        except OSError as e:
+            self.fail("OSError: [Errno %s] %s: (%r, %d)" % (e.errno, e.strerror, self.host, self.port))
+            return False
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, args=(0.1,), daemon=True).start()
+        self.bound.set()
+        return True
+
+    # ---- answers --------------------------------------------------------------------------------------
+    def max_model_len(self):
+        raw = self.args.get("max_model_len") or self.args.get("context_length")
+        if raw:
+            raw = str(raw).lower()
+            mult = {"k": 1000, "m": 1000000}.get(raw[-1:], 1)
+            try:
+                return int(float(raw.rstrip("km")) * mult) if raw not in ("auto", "-1") else 262144
+            except ValueError:
+                pass
+        return int(((self.loaded or {}).get("config") or {}).get("max_position_embeddings") or 262144)
+
+    def models(self):
+        owner = self.engine
+        return {"object": "list", "data": [
+            {"id": n, "object": "model", "created": self.created, "owned_by": owner,
+             "root": self.model, "parent": None, "max_model_len": self.max_model_len()} for n in self.names]}
+
+    def metrics(self):
+        c, name = self.counters, self.names[0]
+        if self.engine == "vllm":
+            rows = [("vllm:num_requests_running", "gauge", c["running"]), ("vllm:num_requests_waiting", "gauge", 0),
+                    ("vllm:kv_cache_usage_perc", "gauge", 0.0), ("vllm:prompt_tokens_total", "counter",
+                    c["prompt_tokens"]), ("vllm:generation_tokens_total", "counter", c["generation_tokens"]),
+                    ("vllm:request_success_total", "counter", c["requests"])]
+        else:
+            rows = [("sglang:num_running_reqs", "gauge", c["running"]), ("sglang:num_queue_reqs", "gauge", 0),
+                    ("sglang:token_usage", "gauge", 0.0), ("sglang:prompt_tokens_total", "counter",
+                    c["prompt_tokens"]), ("sglang:generation_tokens_total", "counter", c["generation_tokens"]),
+                    ("sglang:num_requests_total", "counter", c["requests"])]
+        text = ""
+        for metric, kind, value in rows:
+            text += "# HELP %s engine double\n# TYPE %s %s\n%s{model_name=\"%s\"} %s\n" % (
+                metric, metric, kind, metric, name, float(value))
+        return text
+
+    def error(self, code, message, etype, param=None):
+        if self.engine == "vllm":
+            return code, {"error": {"message": message, "type": etype, "param": param, "code": code}}
+        return code, {"object": "error", "message": message, "type": etype, "param": param, "code": code}
+
+    def chat(self, req):
+        """Return (status, body) for non-streaming, or (200, plan) where plan drives streaming too."""
+        if not isinstance(req, dict) or not isinstance(req.get("messages"), list) or not req["messages"]:
+            return self.error(400, "messages: a non-empty list is required", "BadRequestError", "messages")
+        model = req.get("model") or self.names[0]
+        if model not in self.names:
+            return self.error(404, "The model `%s` does not exist." % model, "NotFoundError", "model")
+        prompt, colours = "", []
+        for msg in req["messages"]:
+            content = msg.get("content") if isinstance(msg, dict) else None
+            parts = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+            for part in parts:
+                if not isinstance(part, dict):
+                    continue
+                if part.get("type") == "text":
+                    prompt += " " + str(part.get("text") or "")
+                elif part.get("type") == "image_url":
+                    url = (part.get("image_url") or {}).get("url", "")
+                    try:
+                        colours.append(_image_colour(url))
+                    except ValueError as e:
+                        return self.error(400, "Failed to load image: %s" % e, "BadRequestError")
+        last = ""
+        for msg in req["messages"]:
+            if isinstance(msg, dict) and msg.get("role") == "user":
+                c = msg.get("content")
+                last = c if isinstance(c, str) else " ".join(
+                    str(p.get("text", "")) for p in c or [] if isinstance(p, dict) and p.get("type") == "text")
+        thinking = (req.get("chat_template_kwargs") or {}).get("thinking", True) is not False
+        tools = req.get("tools") or []
+        choice = req.get("tool_choice", "auto" if tools else "none")
+        tool_call = None
+        if tools and choice != "none":
+            parser = self.args.get("tool_call_parser")
+            named = isinstance(choice, dict) or choice == "required"  # vLLM: guided decoding, no parser needed
+            if self.engine == "vllm" and not named and not (parser and self.args.flag("enable_auto_tool_choice")):
+                return self.error(400, AUTO_TOOL_ERROR, "BadRequestError")
+            wanted = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
+            tool = next((t for t in tools if (t.get("function") or {}).get("name") == wanted), tools[0])
+            tool_call = _tool_call(tool)
+            parsed = (bool(parser) or (self.engine == "vllm" and named)) and \
+                self.env.get("KIMI_DOUBLE_BROKEN_TOOLS") != "1"
+            if not parsed:  # the model's raw tool-call tokens end up as text, like an engine without a parser
+                answer, tool_call = _kimi_tool_markup(tool_call), None
+            else:
+                answer = ""
+            reasoning = "The user needs %s; I should call the tool." % tool_call["function"]["name"] if tool_call \
+                else "I should call a tool."
+        elif colours:
+            answer = "The image is %s." % colours[-1]
+            reasoning = "The user sent an image. Looking at it, it is mostly %s." % colours[-1]
+        else:
+            answer = "Hello from the Kimi-K2.6 engine double (%s). You said: %s" % (self.engine, last.strip()[:200])
+            reasoning = "The user wrote a message. I will answer briefly."
+        if not thinking:
+            reasoning = ""
+        # token accounting: one word = one token; max_tokens cuts reasoning first, then the answer
+        budget = req.get("max_completion_tokens") or req.get("max_tokens")
+        r_words, a_words = reasoning.split(), answer.split()
+        finish = "tool_calls" if tool_call else "stop"
+        if isinstance(budget, int) and budget < len(r_words) + len(a_words) + (8 if tool_call else 0):
+            r_words, a_words = r_words[:budget], a_words[:max(0, budget - len(r_words))]
+            reasoning, answer, tool_call, finish = " ".join(r_words), " ".join(a_words), None, "length"
+        if not self.args.get("reasoning_parser") and reasoning:  # no parser: the think block stays in content
+            answer, reasoning = "<think>%s</think>%s" % (reasoning, answer), ""
+        completion = len(r_words) + len(a_words) + (8 if tool_call else 0)
+        usage = {"prompt_tokens": len(prompt.split()) + 256 * len(colours), "completion_tokens": completion}
+        usage["total_tokens"] = usage["prompt_tokens"] + completion
+        with self.lock:
+            self.counters["requests"] += 1
+            self.counters["prompt_tokens"] += usage["prompt_tokens"]
+            self.counters["generation_tokens"] += completion
+        return 200, {"model": model, "reasoning": reasoning, "content": answer, "tool_call": tool_call,
+                     "finish": finish, "usage": usage}
+
+    def completion_body(self, plan):
+        message = {"role": "assistant", "content": plan["content"] or (None if plan["tool_call"] else "")}
+        if plan["reasoning"]:
+            message["reasoning_content"] = plan["reasoning"]
+            if self.engine == "vllm":
+                message["reasoning"] = plan["reasoning"]  # vLLM >= 0.12 name; reasoning_content kept too
+        message["tool_calls"] = [plan["tool_call"]] if plan["tool_call"] else []
+        return {"id": "chatcmpl-" + uuid.uuid4().hex, "object": "chat.completion", "created": int(time.time()),
+                "model": plan["model"], "choices": [{"index": 0, "message": message, "logprobs": None,
+                                                     "finish_reason": plan["finish"]}], "usage": plan["usage"]}
+
+    def stream_chunks(self, plan, include_usage):
+        cid, created = "chatcmpl-" + uuid.uuid4().hex, int(time.time())
+
+        def chunk(delta, finish=None):
+            return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": plan["model"],
+                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+        yield chunk({"role": "assistant", "content": ""})
+        for word in _pieces(plan["reasoning"]):
+            delta = {"reasoning_content": word}
+            if self.engine == "vllm":
+                delta["reasoning"] = word
+            yield chunk(delta)
+        for word in _pieces(plan["content"]):
+            yield chunk({"content": word})
+        if plan["tool_call"]:
+            yield chunk({"tool_calls": [dict(plan["tool_call"], index=0)]})
+        yield chunk({}, plan["finish"])
+        if include_usage:
+            yield {"id": cid, "object": "chat.completion.chunk", "created": created, "model": plan["model"],
+                   "choices": [], "usage": plan["usage"]}
+
+
+def _is_number(text):
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _pieces(text):
+    words = text.split(" ") if text else []
+    return [w + (" " if i < len(words) - 1 else "") for i, w in enumerate(words)]
+
+
+def _image_colour(url):
+    if not url.startswith("data:"):
+        raise ValueError("the engine double only reads base64 data: URLs (no network), got %r" % url[:60])
+    head, _sep, payload = url.partition(",")
+    if ";base64" not in head:
+        raise ValueError("data URL is not base64")
+    try:
+        return png.dominant_colour(base64.b64decode(payload, validate=False))
+    except Exception as e:  # any decode problem is a 400, like PIL's "cannot identify image file"
+        raise ValueError("cannot identify image file (%s)" % e)
+
+
+def _example_value(schema):
+    if not isinstance(schema, dict):
+        return "example"
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object":
+        props = schema.get("properties") or {}
+        return {k: _example_value(props[k]) for k in (schema.get("required") or list(props)) if k in props}
+    return {"integer": 1, "number": 1.0, "boolean": True, "array": []}.get(kind, "Paris")
+
+
+def _tool_call(tool):
+    fn = tool.get("function") or {}
+    args = _example_value(dict(fn.get("parameters") or {}, type="object"))
+    return {"id": "functions.%s:0" % fn.get("name", "tool"), "type": "function",
+            "function": {"name": fn.get("name", "tool"), "arguments": json.dumps(args)}}
+
+
+def _kimi_tool_markup(call):
+    return ("<|tool_calls_section_begin|><|tool_call_begin|>%s<|tool_call_argument_begin|>%s"
+            "<|tool_call_end|><|tool_calls_section_end|>" % (call["id"], call["function"]["arguments"]))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    engine = None  # set per server
+    server_version = "uvicorn"
+    sys_version = ""
+
+    def log_message(self, fmt, *args):  # uvicorn-style access log
+        pass
+
+    def _access(self, code):
+        line = "INFO:     %s:%d - \"%s %s HTTP/1.1\" %d" % (
+            self.client_address[0], self.client_address[1], self.command, self.path, code)
+        print(line, file=self.engine.out, flush=True)
+
+    def _send(self, code, body=None, ctype="application/json"):
+        data = b"" if body is None else (body.encode() if isinstance(body, str) else json.dumps(body).encode())
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self._access(code)
+
+    def do_GET(self):
+        e, path = self.engine, self.path.split("?", 1)[0]
+        starting = e.state != "ready"
+        if path == "/health" or (path == "/health_generate" and e.engine == "sglang"):
+            return self._send(503 if starting else 200)
+        if path == "/v1/models":
+            return self._send(200, e.models())
+        if path == "/metrics" and (e.engine == "vllm" or e.args.flag("enable_metrics")):
+            return self._send(200, e.metrics(), "text/plain; version=0.0.4; charset=utf-8")
+        if path == "/version" and e.engine == "vllm":
+            return self._send(200, {"version": flags.VERSIONS["vllm"]})
+        if path == "/v1/chat/completions":
+            return self._send(405, {"detail": "Method Not Allowed"})
+        return self._send(404, {"detail": "Not Found"})
+
+    def do_POST(self):
+        e, path = self.engine, self.path.split("?", 1)[0]
+        if path != "/v1/chat/completions":
+            return self._send(404 if path not in ("/health", "/v1/models", "/metrics") else 405,
+                              {"detail": "Not Found" if path not in ("/health", "/v1/models", "/metrics")
+                               else "Method Not Allowed"})
+        try:
+            req = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
+        except ValueError as exc:
+            return self._send(*e.error(400, "JSON decode error: %s" % exc, "BadRequestError"))
+        with e.lock:
+            e.counters["running"] += 1
+        try:
+            code, plan = e.chat(req)
+            if code != 200:
+                return self._send(code, plan)
+            if not req.get("stream"):
+                return self._send(200, e.completion_body(plan))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+            include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
+            for item in e.stream_chunks(plan, include_usage):
+                self.wfile.write(("data: %s\n\n" % json.dumps(item)).encode())
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+            self._access(200)
+        finally:
+            with e.lock:
+                e.counters["running"] -= 1

@@ -1,0 +1,1 @@
+"""Engine double shim: NOT the real sglang package (see tests/doubles/engine/README.md)."""

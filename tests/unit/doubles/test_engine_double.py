@@ -1,0 +1,501 @@
+"""Unit tests of the engine double (tests/doubles/engine): parsing, offline load, HTTP API. No Docker needed."""
+import base64
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+ENGINE_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "doubles", "engine"))
+sys.path.insert(0, ENGINE_DIR)
+
+from kimi_engine_double import flags, hfcache, png  # noqa: E402
+from kimi_engine_double.main import serve  # noqa: E402
+from kimi_engine_double.server import AUTO_TOOL_ERROR, READY_LINE, EngineDouble  # noqa: E402
+
+MODEL = "moonshotai/Kimi-K2.6"
+SHA = "0123456789abcdef0123456789abcdef01234567"
+SGLANG_LINE = ("--model-path moonshotai/Kimi-K2.6 --tp-size 8 --trust-remote-code --host 0.0.0.0 --port 30000 "
+               "--served-model-name kimi-k2.6 --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 "
+               "--mem-fraction-static 0.85 --kv-cache-dtype fp8_e4m3 --context-length 262144 --enable-metrics").split()
+VLLM_LINE = ("moonshotai/Kimi-K2.6 --tensor-parallel-size 8 --trust-remote-code --host 0.0.0.0 --port 30000 "
+             "--served-model-name kimi-k2.6 --tool-call-parser kimi_k2 --enable-auto-tool-choice "
+             "--reasoning-parser kimi_k2 --mm-encoder-tp-mode data --gpu-memory-utilization 0.95 "
+             "--kv-cache-dtype fp8 --max-model-len 262144").split()
+NVFP4_EXTRA = "--quantization modelopt_fp4 --moe-backend marlin --disable-custom-all-reduce".split()
+WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                                "unit": {"enum": ["celsius", "fahrenheit"]}},
+                               "required": ["city", "unit"]}}}
+
+
+# ---- command-line parsing -------------------------------------------------------------------------------
+def test_accepts_real_sglang_line():
+    args = flags.parse("sglang", SGLANG_LINE)
+    assert args.model == MODEL
+    assert args.get("tensor_parallel_size") == "8"
+    assert args.get("kv_cache_dtype") == "fp8_e4m3"
+    assert args.flag("enable_metrics") and args.flag("trust_remote_code")
+    assert args.get("served_model_name") == "kimi-k2.6"
+
+
+@pytest.mark.parametrize("extra", [[], NVFP4_EXTRA], ids=["int4", "nvfp4"])
+def test_accepts_real_vllm_lines(extra):
+    args = flags.parse("vllm", VLLM_LINE + extra)
+    assert args.model == MODEL
+    assert args.get("served_model_name") == ["kimi-k2.6"]
+    assert args.flag("enable_auto_tool_choice")
+    assert args.get("mm_encoder_tp_mode") == "data"
+    assert flags.startup_problems(args) == []
+    if extra:
+        assert args.get("quantization") == "modelopt_fp4" and args.get("moe_backend") == "marlin"
+        assert args.flag("disable_custom_all_reduce")
+
+
+@pytest.mark.parametrize("engine,argv,message", [
+    ("sglang", ["--tp", "8"], "unrecognized arguments: --tp"),
+    ("vllm", ["--tp", "8"], "unrecognized arguments: --tp 8"),
+    ("vllm", ["--enable-metrics"], "unrecognized arguments: --enable-metrics"),
+    ("sglang", ["--kv-cache-dtype", "fp8"], "argument --kv-cache-dtype: invalid choice: 'fp8' (choose from 'auto'"),
+    ("sglang", ["--enable-flashinfer-mla"], "unrecognized arguments: --enable-flashinfer-mla"),
+    ("vllm", ["--enable-flashinfer-mla"], "unrecognized arguments: --enable-flashinfer-mla"),
+    ("vllm", ["--disable-log-requests"], "unrecognized arguments: --disable-log-requests"),
+    ("sglang", ["--moe-backend", "marlin"], "unrecognized arguments: --moe-backend marlin"),
+    ("sglang", ["--mm-encoder-tp-mode", "data"], "unrecognized arguments: --mm-encoder-tp-mode data"),
+    ("vllm", ["--gpu-memory-util", "0.9"], "full option names"),
+    ("sglang", ["--mem-frac", "0.8"], "full option names"),
+    ("sglang", ["--trust_remote_code"], "unrecognized arguments: --trust_remote_code"),
+    ("vllm", ["--port"], "argument --port: expected one argument"),
+    ("vllm", ["--served-model-name"], "argument --served-model-name: expected at least one argument"),
+    ("vllm", ["--trust-remote-code=yes"], "argument --trust-remote-code: ignored explicit argument 'yes'"),
+    ("vllm", ["--moe-backend", "flashinfer_b13x"], "argument --moe-backend: invalid choice"),
+    ("vllm", ["--port", "abc"], "argument --port: invalid int value: 'abc'"),
+])
+def test_refuses_bad_options_with_exit_2(engine, argv, message, capsys):
+    base = ["--model-path", MODEL] if engine == "sglang" else [MODEL]
+    with pytest.raises(SystemExit) as exc:
+        serve(engine, base + argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: " in err and message in err
+
+
+def test_sglang_requires_model_path(capsys):
+    with pytest.raises(SystemExit) as exc:
+        serve("sglang", ["--port", "30000"])
+    assert exc.value.code == 2
+    assert "the following arguments are required: --model-path/--model" in capsys.readouterr().err
+
+
+def test_vllm_spellings_short_negation_nargs_and_underscores():
+    args = flags.parse("vllm", [MODEL, "-tp", "8", "--trust_remote_code", "--no-enable-auto-tool-choice",
+                                "--served-model-name", "kimi-k2.6", "kimi", "--moe-backend=Flashinfer-B12X",
+                                "-O3", "--speculative-config.method", "mtp"])
+    assert args.get("tensor_parallel_size") == "8"
+    assert args.flag("trust_remote_code") is True
+    assert args.get("enable_auto_tool_choice") is False
+    assert args.get("served_model_name") == ["kimi-k2.6", "kimi"]
+    assert args.get("moe_backend") == "flashinfer_b12x"  # the real type= lowercases and maps - to _
+    assert args.get("optimization_level") == "3"
+
+
+def test_sglang_model_alias():
+    assert flags.parse("sglang", ["--model", MODEL]).model == MODEL
+
+
+@pytest.mark.parametrize("argv,name", [(["--tool-call-parser", "kimi"], "--tool-call-parser"),
+                                       (["--reasoning-parser", "kimi"], "--reasoning-parser"),
+                                       (["--quantization", "nvfp4"], "--quantization")])
+def test_vllm_valid_values_fail_at_startup_not_parse(argv, name):
+    args = flags.parse("vllm", [MODEL] + argv)  # argparse accepts it ...
+    err = io.StringIO()
+    code = EngineDouble("vllm", args, env={}, out=io.StringIO(), err=err).run(threading.Event())
+    assert code == 1  # ... the engine refuses it at start-up
+    assert "invalid value %r for %s" % (argv[1], name) in err.getvalue()
+
+
+# ---- offline load from a Hugging Face cache -----------------------------------------------------------
+def make_cache(root, repo=MODEL, sha=SHA, quant="compressed-tensors", py_symlink=False, ref_newline=""):
+    repo_dir = root / ("models--" + repo.replace("/", "--"))
+    (repo_dir / "blobs").mkdir(parents=True)
+    (repo_dir / "refs").mkdir()
+    (repo_dir / "refs" / "main").write_text(sha + ref_newline)  # huggingface_hub writes no trailing newline
+    snap = repo_dir / "snapshots" / sha
+    snap.mkdir(parents=True)
+    files = {"config.json": json.dumps({"model_type": "kimi_k25", "max_position_embeddings": 262144,
+                                        "quantization_config": {"quant_method": quant}}).encode(),
+             "model-00001-of-00001.safetensors": b"\0" * 4096}
+    if py_symlink:
+        files["tool_declaration_ts.py"] = b"X = 1\n"
+    for name, data in files.items():
+        blob = repo_dir / "blobs" / ("blob-" + name)
+        blob.write_bytes(data)
+        os.symlink(os.path.join("..", "..", "blobs", "blob-" + name), snap / name)
+    return sum(len(d) for d in files.values())
+
+
+@pytest.mark.parametrize("newline", ["", "\n"])
+def test_load_reads_snapshot_through_relative_symlinks(tmp_path, newline):
+    size = make_cache(tmp_path, ref_newline=newline)
+    info = hfcache.load(MODEL, env={"HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"})
+    assert info["bytes"] == size and info["files"] == 2
+    assert info["snapshot"].endswith("snapshots/" + SHA)
+
+
+def test_cache_root_precedence(tmp_path):
+    assert hfcache.cache_root({"HF_HOME": "/h"}) == "/h/hub"
+    assert hfcache.cache_root({"HF_HOME": "/h", "HF_HUB_CACHE": "/c"}) == "/c"
+    (tmp_path / "hub").mkdir()
+    make_cache(tmp_path / "hub")
+    assert hfcache.load(MODEL, env={"HF_HOME": str(tmp_path)})["files"] == 2
+
+
+def test_revision_by_sha_and_missing_revision(tmp_path):
+    make_cache(tmp_path)
+    env = {"HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    assert hfcache.load(MODEL, revision=SHA, env=env)["files"] == 2
+    with pytest.raises(hfcache.LoadError, match="LocalEntryNotFoundError"):
+        hfcache.load(MODEL, revision="f" * 40, env=env)
+
+
+def test_offline_load_fails_on_missing_snapshot(tmp_path):
+    make_cache(tmp_path, sha=SHA)
+    (tmp_path / "models--moonshotai--Kimi-K2.6" / "refs" / "main").write_text("a" * 40)
+    with pytest.raises(hfcache.LoadError) as exc:
+        hfcache.load(MODEL, env={"HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"})
+    assert "LocalEntryNotFoundError" in str(exc.value)
+    assert "Cannot find the requested files in the local cache" in str(exc.value)
+    assert "no snapshot" in str(exc.value) and "a" * 40 in str(exc.value)
+
+
+def test_engine_exits_nonzero_when_model_not_cached(tmp_path):
+    err = io.StringIO()
+    args = flags.parse("sglang", ["--model-path", "nvidia/Kimi-K2.6-NVFP4"])
+    code = EngineDouble("sglang", args, env={"HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"},
+                        out=io.StringIO(), err=err).run(threading.Event())
+    assert code == 1 and "LocalEntryNotFoundError" in err.getvalue()
+
+
+def test_remote_code_strict_mimics_nvfp4_failure(tmp_path):
+    make_cache(tmp_path, py_symlink=True)
+    env = {"HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    assert hfcache.load(MODEL, env=env, trust_remote_code=True)["files"] == 3
+    env["KIMI_DOUBLE_REMOTE_CODE_STRICT"] = "1"
+    assert hfcache.load(MODEL, env=env, trust_remote_code=False)["files"] == 3
+    with pytest.raises(hfcache.LoadError, match=r"FileNotFoundError: .*/blobs/tool_declaration_ts\.py"):
+        hfcache.load(MODEL, env=env, trust_remote_code=True)
+
+
+def test_quantization_disagreeing_with_checkpoint_fails_at_startup(tmp_path):
+    make_cache(tmp_path, quant="compressed-tensors")
+    err = io.StringIO()
+    args = flags.parse("vllm", [MODEL, "--quantization", "modelopt_fp4"])
+    code = EngineDouble("vllm", args, env={"HF_HUB_CACHE": str(tmp_path)}, out=io.StringIO(), err=err
+                        ).run(threading.Event())
+    assert code == 1 and "does not match the quantization method" in err.getvalue()
+
+
+# ---- PNG colour ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("rgb,name", [((255, 0, 0), "red"), ((0, 0, 255), "blue"), ((0, 255, 0), "green"),
+                                      ((250, 250, 250), "white"), ((255, 255, 0), "yellow")])
+def test_png_dominant_colour(rgb, name):
+    assert png.dominant_colour(png.make_png(8, 4, rgb)) == name
+
+
+def test_png_decoder_handles_filters_and_rgba():
+    import struct
+    import zlib
+    # 2x2 RGBA, row 0 filter Sub, row 1 filter Up: all pixels (10, 200, 30, 255)
+    raw = bytes([1, 10, 200, 30, 255, 0, 0, 0, 0]) + bytes([2] + [0] * 8)
+
+    def chunk(t, b):
+        return struct.pack(">I", len(b)) + t + b + struct.pack(">I", zlib.crc32(t + b))
+    data = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 6, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    _w, _h, rows = png.decode(data)
+    assert rows == [[(10, 200, 30, 255)] * 2] * 2
+
+
+# ---- HTTP API --------------------------------------------------------------------------------------------
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Running:
+    def __init__(self, engine, argv, env, wait_ready=True):
+        self.out, self.err, self.stop = io.StringIO(), io.StringIO(), threading.Event()
+        self.double = EngineDouble(engine, flags.parse(engine, argv), env=env, out=self.out, err=self.err)
+        self.code = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        if wait_ready:
+            assert self.double.ready.wait(10), self.err.getvalue()
+
+    def _run(self):
+        self.code = self.double.run(self.stop)
+
+    def url(self, path):
+        return "http://127.0.0.1:%d%s" % (self.double.port, path)
+
+    def get(self, path):
+        return call(self.url(path))
+
+    def post(self, body, raw=False):
+        return call(self.url("/v1/chat/completions"), body, raw)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(10)
+
+
+def call(url, body=None, raw=False):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            status, text = r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        status, text = e.code, e.read().decode()
+    if raw:
+        return status, text
+    return status, (json.loads(text) if text.strip().startswith(("{", "[")) else text)
+
+
+@pytest.fixture
+def cache(tmp_path):
+    make_cache(tmp_path)
+    return {"HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.fixture
+def start(cache):
+    started = []
+
+    def _start(engine, extra=(), env=None, line=None, wait_ready=True):
+        argv = list(line or (SGLANG_LINE if engine == "sglang" else VLLM_LINE))
+        argv[argv.index("--port") + 1] = "0"
+        argv[argv.index("--host") + 1] = "127.0.0.1"
+        r = Running(engine, argv + list(extra), dict(cache, **(env or {})), wait_ready)
+        started.append(r)
+        return r
+    yield _start
+    for r in started:
+        r.close()
+
+
+def chat(text="Hello there", **kw):
+    return dict({"model": "kimi-k2.6", "messages": [{"role": "user", "content": text}]}, **kw)
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_health_models_and_readiness_line(start, engine):
+    r = start(engine)
+    assert r.get("/health")[0] == 200
+    status, body = r.get("/v1/models")
+    assert status == 200 and [m["id"] for m in body["data"]] == ["kimi-k2.6"]
+    assert READY_LINE[engine] in r.out.getvalue()
+    assert "bytes read from" in r.out.getvalue()
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_models_default_to_model_path(start, engine):
+    line = ["--model-path", MODEL] if engine == "sglang" else [MODEL]
+    r = start(engine, line=line + ["--host", "x", "--port", "0"])
+    assert [m["id"] for m in r.get("/v1/models")[1]["data"]] == [MODEL]
+    assert r.post(chat(model=MODEL))[0] == 200
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_chat_non_stream_thinks_and_counts_tokens(start, engine):
+    status, body = start(engine).post(chat("What is 2+2?"))
+    assert status == 200
+    msg = body["choices"][0]["message"]
+    assert msg["reasoning_content"] and "2+2" in msg["content"]
+    assert body["choices"][0]["finish_reason"] == "stop"
+    u = body["usage"]
+    assert u["prompt_tokens"] > 0 and u["completion_tokens"] > 0
+    assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_thinking_off_has_no_reasoning(start, engine):
+    status, body = start(engine).post(chat(chat_template_kwargs={"thinking": False}))
+    assert status == 200
+    msg = body["choices"][0]["message"]
+    assert not msg.get("reasoning_content") and "<think>" not in msg["content"] and msg["content"]
+
+
+def test_no_reasoning_parser_leaves_think_block_in_content(start):
+    line = [MODEL, "--host", "x", "--port", "0", "--served-model-name", "kimi-k2.6"]
+    msg = start("vllm", line=line).post(chat())[1]["choices"][0]["message"]
+    assert msg["content"].startswith("<think>") and "reasoning_content" not in msg
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_stream_sse(start, engine):
+    r = start(engine)
+    status, text = r.post(chat("Stream please", stream=True, stream_options={"include_usage": True}), raw=True)
+    assert status == 200
+    events = [line[len("data: "):] for line in text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    reasoning = "".join(d.get("reasoning_content", "") for d in deltas)
+    content = "".join(d.get("content", "") for d in deltas)
+    full = r.post(chat("Stream please"))[1]["choices"][0]["message"]
+    assert reasoning == full["reasoning_content"] and content == full["content"]
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "stop"
+    assert chunks[-1]["usage"]["completion_tokens"] > 0
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_tools_give_tool_calls(start, engine):
+    status, body = start(engine).post(chat("Weather in Paris?", tools=[WEATHER_TOOL]))
+    assert status == 200
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    call_ = choice["message"]["tool_calls"][0]
+    assert call_["type"] == "function" and call_["function"]["name"] == "get_weather"
+    assert json.loads(call_["function"]["arguments"]) == {"city": "Paris", "unit": "celsius"}
+
+
+def test_tool_calls_streamed(start):
+    status, text = start("sglang").post(chat("Weather?", tools=[WEATHER_TOOL], stream=True), raw=True)
+    chunks = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+    calls = [tc for c in chunks for tc in c["choices"][0]["delta"].get("tool_calls", [])]
+    assert status == 200 and calls[0]["function"]["name"] == "get_weather" and calls[0]["index"] == 0
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_vllm_without_auto_tool_choice_is_400(start):
+    line = [x for x in VLLM_LINE if x != "--enable-auto-tool-choice"]
+    r = start("vllm", line=line)
+    status, body = r.post(chat(tools=[WEATHER_TOOL]))
+    assert status == 400 and body["error"]["message"] == AUTO_TOOL_ERROR
+    assert r.post(chat())[0] == 200  # plain chat still fine
+
+
+def test_sglang_without_tool_parser_returns_raw_markup(start):
+    line = [x for x in SGLANG_LINE if x not in ("--tool-call-parser",)]
+    line.remove("kimi_k2")  # the value of --tool-call-parser (first kimi_k2)
+    msg = start("sglang", line=line).post(chat(tools=[WEATHER_TOOL]))[1]["choices"][0]["message"]
+    assert not msg["tool_calls"] and "<|tool_call_begin|>functions.get_weather:0" in msg["content"]
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_broken_tools_switch(start, engine):
+    status, body = start(engine, env={"KIMI_DOUBLE_BROKEN_TOOLS": "1"}).post(chat(tools=[WEATHER_TOOL]))
+    choice = body["choices"][0]
+    assert status == 200 and not choice["message"]["tool_calls"] and choice["finish_reason"] == "stop"
+    assert "get_weather" in choice["message"]["content"]
+
+
+@pytest.mark.parametrize("engine,rgb,name", [("sglang", (255, 0, 0), "red"), ("vllm", (255, 0, 0), "red"),
+                                             ("vllm", (0, 0, 255), "blue")])
+def test_vision_names_dominant_colour(start, engine, rgb, name):
+    url = "data:image/png;base64," + base64.b64encode(png.make_png(16, 16, rgb)).decode()
+    content = [{"type": "text", "text": "What colour is this image?"},
+               {"type": "image_url", "image_url": {"url": url}}]
+    status, body = start(engine).post(chat(content))
+    assert status == 200 and name in body["choices"][0]["message"]["content"].lower()
+
+
+def test_bad_image_is_400(start):
+    content = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}}]
+    assert start("vllm").post(chat(content))[0] == 400
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_wrong_model_is_404(start, engine):
+    status, body = start(engine).post(chat(model="gpt-4"))
+    assert status == 404 and "gpt-4" in json.dumps(body)
+
+
+def test_metrics_rules(start):
+    assert start("vllm").get("/metrics")[0] == 200
+    v = start("vllm")
+    v.post(chat())
+    assert "vllm:generation_tokens_total" in v.get("/metrics")[1]
+    s = start("sglang")
+    s.post(chat())
+    status, text = s.get("/metrics")
+    assert status == 200 and 'sglang:num_requests_total{model_name="kimi-k2.6"} 1.0' in text
+    line = [x for x in SGLANG_LINE if x != "--enable-metrics"]
+    assert start("sglang", line=line).get("/metrics")[0] == 404
+
+
+def test_sglang_health_503_while_starting(start):
+    r = start("sglang", env={"KIMI_DOUBLE_START_DELAY": "1.5"}, wait_ready=False)
+    assert r.double.bound.wait(10)
+    assert r.get("/health")[0] == 503 and r.get("/health_generate")[0] == 503
+    assert r.double.ready.wait(10)
+    assert r.get("/health")[0] == 200 and r.get("/health_generate")[0] == 200
+
+
+def test_vllm_refuses_connections_while_starting(cache):
+    port = free_port()
+    argv = [MODEL, "--host", "127.0.0.1", "--port", str(port)]
+    r = Running("vllm", argv, dict(cache, KIMI_DOUBLE_START_DELAY="1.5"), wait_ready=False)
+    try:
+        time.sleep(0.3)
+        with pytest.raises(urllib.error.URLError):
+            urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=2)
+        assert r.double.ready.wait(10)
+        assert r.get("/health")[0] == 200
+    finally:
+        r.close()
+
+
+def test_crash_switches(start):
+    r = start("vllm", env={"KIMI_DOUBLE_CRASH": "startup"}, wait_ready=False)
+    r.thread.join(10)
+    assert r.code == 1 and "KIMI_DOUBLE_CRASH=startup" in r.err.getvalue() and not r.double.ready.is_set()
+    r = start("sglang", env={"KIMI_DOUBLE_CRASH": "after:0.5"})
+    r.thread.join(10)
+    assert r.code == 1 and "simulated crash" in r.err.getvalue()
+    r = start("sglang", env={"KIMI_DOUBLE_CRASH": "sometimes"}, wait_ready=False)
+    r.thread.join(10)
+    assert r.code == 1 and "bad KIMI_DOUBLE_CRASH" in r.err.getvalue()
+
+
+def test_clean_stop_returns_zero(start):
+    r = start("sglang")
+    r.close()
+    assert r.code == 0
+
+
+# ---- the real entry points, as processes -----------------------------------------------------------------
+def test_shim_entry_points_and_sigterm(cache):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ENGINE_DIR, "shims"), **cache)
+    # the vllm shim is a /bin/sh script that execs `python3`: let that be this interpreter
+    shim_env = dict(env, PATH=os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", os.defpath)]))
+    bad = subprocess.run([os.path.join(ENGINE_DIR, "shims", "vllm"), "serve", MODEL, "--tp", "8"],
+                         env=shim_env, capture_output=True, text=True, timeout=30, check=False)
+    assert bad.returncode == 2 and "error: unrecognized arguments: --tp 8" in bad.stderr
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "sglang.launch_server", "--model-path", MODEL,
+                             "--host", "127.0.0.1", "--port", str(port)], env=env, cwd="/",
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if READY_LINE["sglang"] in line:
+                break
+        assert call("http://127.0.0.1:%d/v1/models" % port)[1]["data"][0]["id"] == MODEL, lines
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
