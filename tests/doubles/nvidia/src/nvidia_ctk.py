@@ -343,7 +343,7 @@ def parse_spec_devices(path):
         if not line.strip() or line.lstrip().startswith("#") or line.strip() == "---":
             continue
         if not line.startswith((" ", "-")):
-            key, _, value = line.partition(":")
+            key, _sep, value = line.partition(":")
             section = key.strip()
             if section == "kind":
                 kind = _unquote(value)
@@ -400,11 +400,11 @@ def cmd_cdi_list(argv, log):
 # ------------------------------------------------------------------------------------------------
 
 def cmd_runtime_configure(argv, log):
-    flags, rest = parse_flags(argv, {"runtime": "runtime", "config": "config", "nvidia-runtime-name": "name",
-                                     "runtime-name": "name", "nvidia-runtime-path": "path", "runtime-path": "path",
-                                     "config-source": "source", "executable-path": "exe"},
-                             {"dry-run": "dry_run", "set-as-default": "default", "cdi.enabled": "cdi",
-                              "enable-cdi": "cdi"})
+    value_flags = {"runtime": "runtime", "config": "config", "nvidia-runtime-name": "name",
+                   "runtime-name": "name", "nvidia-runtime-path": "path", "runtime-path": "path",
+                   "config-source": "source", "executable-path": "exe"}
+    bool_flags = {"dry-run": "dry_run", "set-as-default": "default", "cdi.enabled": "cdi", "enable-cdi": "cdi"}
+    flags, rest = parse_flags(argv, value_flags, bool_flags)
     if rest:
         raise CtkError("unexpected arguments: %s" % " ".join(rest))
     runtime = (flags.get("runtime") or ["docker"])[-1]
@@ -420,8 +420,8 @@ def cmd_runtime_configure(argv, log):
     except (IOError, OSError):
         log.info("Config file does not exist; using empty config")
         config = {}
-    config.setdefault("runtimes", {})[name] = {"args": [], "path": (flags.get("path") or
-                                                                     ["nvidia-container-runtime"])[-1]}
+    runtime_path = (flags.get("path") or ["nvidia-container-runtime"])[-1]
+    config.setdefault("runtimes", {})[name] = {"args": [], "path": runtime_path}
     if flags.get("default"):
         config["default-runtime"] = name
     if flags.get("cdi"):

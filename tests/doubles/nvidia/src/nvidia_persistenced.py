@@ -71,7 +71,7 @@ def parse(argv):
         arg = argv[i]
         key, value = (arg.split("=", 1) + [None])[:2] if arg.startswith("--") else (arg, None)
         if key in ("-v", "--version"):
-            sys.stdout.write(USAGE.split("nvidia-persistenced [options]")[0])
+            sys.stdout.write(USAGE.split("nvidia-persistenced [options]", maxsplit=1)[0])
             sys.exit(0)
         elif key in ("-h", "--help"):
             sys.stdout.write(USAGE)

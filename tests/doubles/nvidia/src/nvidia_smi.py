@@ -335,7 +335,7 @@ def query_gpu(profile, gpus, spec, fmt, total):
     for gpu in gpus:
         row = []
         for f in fields:
-            _, unit, func = QUERY_GPU_FIELDS[f]
+            _header, unit, func = QUERY_GPU_FIELDS[f]
             row.append(_strip_unit(func(profile, gpu, total), unit, units))
         lines.append(", ".join(row))
     return "".join(line + "\n" for line in lines)
@@ -353,7 +353,7 @@ def query_apps(profile, gpus, spec, fmt):
                 continue
             row = []
             for f in fields:
-                _, unit, func = QUERY_APPS_FIELDS[f]
+                _header, unit, func = QUERY_APPS_FIELDS[f]
                 row.append(_strip_unit(func(profile, gpu, app), unit, units))
             lines.append(", ".join(row))
     return "".join(line + "\n" for line in lines)
@@ -453,8 +453,8 @@ def topo_matrix(profile, gpus):
     lines = [head]
     for a in gpus:
         cells = [topo_link(profile, a, b) for b in gpus]
-        lines.append("GPU%d\t%s\t%s\t%s\t\tN/A" % (a["index"], "\t".join(cells), a.get("cpu_affinity", "N/A"),
-                                                  a.get("numa_node", "N/A")))
+        row = (a["index"], "\t".join(cells), a.get("cpu_affinity", "N/A"), a.get("numa_node", "N/A"))
+        lines.append("GPU%d\t%s\t%s\t%s\t\tN/A" % row)
     return "\n".join(lines) + "\n" + TOPO_LEGEND + "\n"
 
 
@@ -468,7 +468,7 @@ def xml_query(profile, gpus):
              _x("timestamp", time.asctime(), 1), _x("driver_version", driver_version(profile), 1),
              _x("cuda_version", cuda_version(profile), 1), _x("attached_gpus", len(gpus), 1)]
     for g in gpus:
-        domain, bus, device, _ = bus_parts(g)
+        domain, bus, device, _function = bus_parts(g)
         lines.append('\t<gpu id="%s">' % g["pci_bus_id"])
         lines.append(_x("product_name", g["name"], 2))
         lines.append(_x("product_brand", "NVIDIA", 2))
