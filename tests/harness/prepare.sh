@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# Make this machine ready for the molecule scenarios, offline from any container registry.
+#
+#   tests/harness/prepare.sh            # idempotent; a second call takes a few seconds
+#   KIMI_TEST_REBUILD=1 tests/harness/prepare.sh   # ignore every cache key, rebuild all
+#
+# Steps (each skipped when already done):
+#   1. apt-get install the host tools that are missing (docker.io, debootstrap, dpkg-dev, gpg, apt-utils).
+#   2. Start a Docker engine when `docker info` does not answer (dockerd in the background, log in
+#      $KIMI_DOCKERD_LOG); reuse a running one.
+#   3. Base images from debootstrap --variant=minbase + docker import, cached by a content key stored
+#      as the image label kimi.test.key:
+#        kimi-test/debian-systemd:bookworm, kimi-test/debian-systemd:trixie,
+#        kimi-test/debian-systemd:trixie-docker  (trixie + docker.io, docker-cli, python3-docker baked in)
+#   4. The doubles, when their builders exist: the signed NVIDIA-double apt repo in $CACHE/apt and the
+#      engine-double images, saved together in $CACHE/engine-images.tar for `docker load` in nested engines.
+#   5. A summary with timings.
+#
+# Environment: KIMI_TEST_CACHE (default .cache/kimi-test), KIMI_TEST_MIRROR / KIMI_TEST_SECURITY_MIRROR
+# (default http://deb.debian.org/debian and .../debian-security), KIMI_DOCKERD_LOG
+# (default /var/log/kimi-dockerd.log), KIMI_TEST_REBUILD=1. Exit status 1 when a step failed.
+set -euo pipefail
+export LC_ALL=C DEBIAN_FRONTEND=noninteractive
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+CACHE=${KIMI_TEST_CACHE:-$ROOT/.cache/kimi-test}
+MIRROR=${KIMI_TEST_MIRROR:-http://deb.debian.org/debian}
+SECURITY_MIRROR=${KIMI_TEST_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+DOCKERD_LOG=${KIMI_DOCKERD_LOG:-/var/log/kimi-dockerd.log}
+REBUILD=${KIMI_TEST_REBUILD:-0}
+IMAGE_REPO=kimi-test/debian-systemd
+BASE_PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,python3-debian,sudo,iproute2,procps,curl,ca-certificates,gpg
+DOCKER_PACKAGES="docker.io docker-cli python3-docker"
+ENGINE_IMAGES=(kimi-double/sglang:v0.5.12.post1-cu130 kimi-double/vllm-openai:v0.22.1)
+HOST_PACKAGES=(docker.io debootstrap dpkg-dev gpg apt-utils)
+
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.prepare.lock"
+flock 9   # one prepare at a time (parallel helpers, CI steps)
+
+T0=$EPOCHREALTIME
+SUMMARY=()
+STATUS_FILE=$CACHE/.prepare.status
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+log() { printf '[prepare %6ss] %s\n' "$(since "$T0")" "$*" >&2; }
+status() { echo "$*" >"$STATUS_FILE"; }
+step() {  # step NAME FUNC ARGS...: run in a subshell under set -e, time it, record its status line
+	local name=$1 t rc; shift
+	t=$EPOCHREALTIME
+	: >"$STATUS_FILE"
+	set +e; ( set -e; "$@" ); rc=$?; set -e
+	SUMMARY+=("$(printf '%-44s %6ss  %s' "$name" "$(since "$t")" "$([ $rc = 0 ] && cat "$STATUS_FILE" || echo "FAILED rc=$rc")")")
+	return $rc
+}
+image_label() { docker image inspect -f "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true; }
+image_id() { docker image inspect -f '{{ .Id }}' "$1" 2>/dev/null || true; }
+
+# ---------------------------------------------------------------- 1. host packages
+host_packages() {
+	local missing=() p
+	for p in "${HOST_PACKAGES[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+	done
+	if [ ${#missing[@]} = 0 ]; then status present; return; fi
+	log "apt-get install ${missing[*]}"
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	status "installed ${missing[*]}"
+}
+
+# ---------------------------------------------------------------- 2. docker engine
+docker_engine() {
+	if docker info >/dev/null 2>&1; then status running; return; fi
+	log "starting dockerd (log: $DOCKERD_LOG)"
+	setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null 9>&- &   # 9>&-: the daemon must not hold our lock
+	local i
+	for i in $(seq 1 120); do
+		docker info >/dev/null 2>&1 && { status "started (pid $!)"; return; }
+		sleep 0.5
+	done
+	echo "dockerd did not answer within 60 s; see $DOCKERD_LOG" >&2
+	tail -n 20 "$DOCKERD_LOG" >&2
+	return 1
+}
+
+# ---------------------------------------------------------------- 3. base images
+chroot_run() {  # chroot_run DIR CMD...: with /proc, the host resolv.conf and no service starts
+	local d=$1; shift
+	printf '#!/bin/sh\nexit 101\n' >"$d/usr/sbin/policy-rc.d"; chmod 755 "$d/usr/sbin/policy-rc.d"
+	cp /etc/resolv.conf "$d/etc/resolv.conf"
+	mount -t proc proc "$d/proc"
+	local rc=0
+	chroot "$d" "$@" || rc=$?
+	umount "$d/proc"
+	rm -f "$d/usr/sbin/policy-rc.d"
+	return $rc
+}
+finish_rootfs() {  # apt sources (main, updates, security), fresh lists, a clean identity
+	local d=$1 suite=$2
+	rm -f "$d/etc/apt/sources.list"
+	cat >"$d/etc/apt/sources.list.d/debian.sources" <<-EOF
+		Types: deb
+		URIs: $MIRROR
+		Suites: $suite $suite-updates
+		Components: main
+		Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+		Types: deb
+		URIs: $SECURITY_MIRROR
+		Suites: $suite-security
+		Components: main
+		Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+	EOF
+	chroot_run "$d" apt-get update -qq
+	chroot_run "$d" apt-get clean
+	: >"$d/etc/machine-id"; rm -f "$d/var/lib/dbus/machine-id"
+	: >"$d/etc/resolv.conf"; echo localhost >"$d/etc/hostname"
+	rm -rf "$d"/tmp/* "$d"/var/tmp/* "$d"/var/log/*.log "$d"/var/cache/apt/*.bin
+}
+import_rootfs() {  # import_rootfs DIR IMAGE KEY
+	tar --numeric-owner --xattrs -C "$1" -c . | docker import \
+		-c 'CMD ["/lib/systemd/systemd"]' -c 'ENV container=docker' \
+		-c "LABEL kimi.test.key=$3" -c "LABEL org.opencontainers.image.source=kimi.deploy/tests/harness" \
+		- "$2" >/dev/null
+}
+build_base() {  # build_base SUITE KEY
+	local suite=$1 key=$2 d
+	d=$(mktemp -d "$CACHE/rootfs-$suite.XXXX"); chmod 755 "$d"
+	log "debootstrap $suite (minbase + $BASE_PACKAGES)"
+	debootstrap --variant=minbase --components=main --include="$BASE_PACKAGES" \
+		"$suite" "$d" "$MIRROR" >"$CACHE/debootstrap-$suite.log" 2>&1 ||
+		{ tail -n 20 "$CACHE/debootstrap-$suite.log" >&2; rm -rf "$d"; return 1; }
+	finish_rootfs "$d" "$suite"
+	import_rootfs "$d" "$IMAGE_REPO:$suite" "$key"
+	rm -rf "$d"
+}
+build_derived() {  # build_derived PARENT_IMAGE IMAGE KEY PACKAGES...: parent + apt packages, one image
+	local parent=$1 image=$2 key=$3 d c; shift 3
+	d=$(mktemp -d "$CACHE/rootfs-derived.XXXX"); chmod 755 "$d"
+	c=$(docker create "$parent")
+	docker export "$c" | tar --numeric-owner -C "$d" -x
+	docker rm "$c" >/dev/null
+	log "chroot apt-get install $* -> $image"
+	chroot_run "$d" apt-get update -qq
+	chroot_run "$d" apt-get install -y -qq --no-install-recommends "$@" >"$CACHE/chroot-apt.log" 2>&1 ||
+		{ tail -n 20 "$CACHE/chroot-apt.log" >&2; return 1; }
+	chroot_run "$d" apt-get clean
+	rm -f "$d/.dockerenv"; : >"$d/etc/resolv.conf"; echo localhost >"$d/etc/hostname"
+	rm -rf "$d"/tmp/* "$d"/var/tmp/* "$d"/var/log/*.log "$d"/var/cache/apt/*.bin
+	import_rootfs "$d" "$image" "$key"
+	rm -rf "$d"
+}
+base_key() {  # the recipe: suite, mirrors, packages and the code of the build functions
+	{ echo "$1|$MIRROR|$SECURITY_MIRROR|$BASE_PACKAGES"; declare -f chroot_run finish_rootfs import_rootfs build_base; } |
+		sha256sum | cut -c1-16
+}
+drop_superseded() {  # drop_superseded OLD_ID IMAGE: remove the image that IMAGE replaced, if unused
+	[ -n "$1" ] && [ "$1" != "$(image_id "$2")" ] && docker image rm "$1" >/dev/null 2>&1 || true
+}
+ensure_base() {  # ensure_base SUITE
+	local key; key=$(base_key "$1")
+	if [ "$REBUILD" != 1 ] && [ "$(image_label "$IMAGE_REPO:$1" kimi.test.key)" = "$key" ]; then
+		status "cached $key"; return
+	fi
+	local old; old=$(image_id "$IMAGE_REPO:$1")
+	build_base "$1" "$key"
+	drop_superseded "$old" "$IMAGE_REPO:$1"
+	status "built $key"
+}
+ensure_docker_variant() {  # IMAGE_REPO:trixie-docker from IMAGE_REPO:trixie
+	local pkey key
+	pkey=$(image_label "$IMAGE_REPO:trixie" kimi.test.key)
+	key=$({ echo "$pkey|$DOCKER_PACKAGES"; declare -f build_derived chroot_run import_rootfs; } | sha256sum | cut -c1-16)
+	if [ "$REBUILD" != 1 ] && [ "$(image_label "$IMAGE_REPO:trixie-docker" kimi.test.key)" = "$key" ]; then
+		status "cached $key"; return
+	fi
+	local old; old=$(image_id "$IMAGE_REPO:trixie-docker")
+	# shellcheck disable=SC2086
+	build_derived "$IMAGE_REPO:trixie" "$IMAGE_REPO:trixie-docker" "$key" $DOCKER_PACKAGES
+	drop_superseded "$old" "$IMAGE_REPO:trixie-docker"
+	status "built $key"
+}
+
+# ---------------------------------------------------------------- 4. doubles
+nvidia_repo() {  # build-repo.sh keeps its own content key (OUTDIR/.kimi-double-repo.stamp) and signing key
+	local b=$ROOT/tests/doubles/nvidia/build-repo.sh before
+	[ -x "$b" ] || { status "SKIPPED: $b missing"; return; }
+	before=$(cat "$CACHE/apt/.kimi-double-repo.stamp" 2>/dev/null || true)
+	"$b" "$CACHE/apt" >"$CACHE/build-repo.log" 2>&1 9>&- || { tail -n 30 "$CACHE/build-repo.log" >&2; return 1; }
+	[ -s "$CACHE/apt/InRelease" ] && [ -s "$CACHE/apt/kimi-double-archive-keyring.gpg" ] ||
+		{ echo "build-repo.sh made no InRelease/keyring in $CACHE/apt" >&2; return 1; }
+	# apt's _apt user reads the repo inside the instances (the signing key in .gnupg stays private)
+	find "$CACHE/apt" -path "$CACHE/apt/.gnupg" -prune -o -exec chmod a+rX {} + 2>/dev/null || true
+	[ "$before" = "$(cat "$CACHE/apt/.kimi-double-repo.stamp" 2>/dev/null)" ] && status "current ($CACHE/apt)" ||
+		status "built ($CACHE/apt)"
+}
+
+engine_images() {  # build-image.sh keeps its own content key (sources, flag fixtures, base id) and skips
+	local b=$ROOT/tests/doubles/engine/build-image.sh st i
+	[ -x "$b" ] || { status "SKIPPED: $b missing"; return; }
+	ids() { for i in "${ENGINE_IMAGES[@]}"; do image_id "$i"; done | tr '\n' ' '; }
+	local before; before=$(ids)
+	"$b" "$IMAGE_REPO:bookworm" $([ "$REBUILD" = 1 ] && echo --force) >"$CACHE/build-image.log" 2>&1 9>&- ||
+		{ tail -n 30 "$CACHE/build-image.log" >&2; return 1; }
+	for i in "${ENGINE_IMAGES[@]}"; do
+		[ -n "$(image_id "$i")" ] || { echo "build-image.sh did not make $i" >&2; return 1; }
+	done
+	[ "$before" = "$(ids)" ] && st=current || st=built
+	if [ "$(cat "$CACHE/engine-images.ids" 2>/dev/null)" != "$(ids)" ] || [ ! -s "$CACHE/engine-images.tar" ]; then
+		docker save -o "$CACHE/engine-images.tar.tmp" "${ENGINE_IMAGES[@]}"
+		mv "$CACHE/engine-images.tar.tmp" "$CACHE/engine-images.tar"
+		ids >"$CACHE/engine-images.ids"
+		status "$st, saved engine-images.tar ($(du -m "$CACHE/engine-images.tar" | cut -f1) MB)"
+	else
+		status "$st, engine-images.tar current"
+	fi
+}
+
+# leftovers of an interrupted build (we hold the lock, so nobody else is building)
+{ findmnt -rn -o TARGET | grep "^$CACHE/rootfs-" || true; } | sort -r | xargs -r umount -l
+rm -rf "$CACHE"/rootfs-* "$CACHE"/engine-images.tar.tmp
+
+RC=0
+step "host packages" host_packages || RC=1
+step "docker engine" docker_engine || RC=1
+step "image $IMAGE_REPO:bookworm" ensure_base bookworm || RC=1
+step "image $IMAGE_REPO:trixie" ensure_base trixie || RC=1
+step "image $IMAGE_REPO:trixie-docker" ensure_docker_variant || RC=1
+step "nvidia doubles apt repo" nvidia_repo || RC=1
+step "engine double images" engine_images || RC=1
+
+echo "== kimi test harness $([ $RC = 0 ] && echo ready || echo 'NOT ready') in $(since "$T0") s (cache: $CACHE)"
+printf '   %s\n' "${SUMMARY[@]}"
+exit $RC

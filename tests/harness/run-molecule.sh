@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Run `molecule test` for every scenario in molecule/ (or the ones named), one after the other,
+# from the collection root with the project's venv. Continues past a failure, prints a timing
+# table and a last line `molecule: N passed, N failed`; exits 1 if any failed.
+#
+#   tests/harness/run-molecule.sh                 # all scenarios
+#   tests/harness/run-molecule.sh harness other   # just these
+#
+# Environment:
+#   KIMI_TEST_SKIP_PREPARE=1   do not call tests/harness/prepare.sh first (it is idempotent, ~2 s when done)
+#   KIMI_TEST_QUIET=1          only write the logs (.cache/kimi-test/logs/molecule-<scenario>.log);
+#                              the tail of a failed scenario's log is printed
+#   KIMI_VENV                  the virtualenv (default .venv; `make setup` makes it)
+#   KIMI_TEST_IMAGE, KIMI_TEST_IMAGE_TRIXIE, KIMI_TEST_IMAGE_DOCKER   instance images (README.md)
+#   MOLECULE_ARGS              extra arguments for `molecule test` (e.g. --destroy=never)
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+VENV=${KIMI_VENV:-$ROOT/.venv}
+LOGDIR=${KIMI_TEST_CACHE:-$ROOT/.cache/kimi-test}/logs
+[ -x "$VENV/bin/molecule" ] || { echo "run-molecule: no molecule in $VENV (run: make setup)" >&2; exit 2; }
+export PATH="$VENV/bin:$PATH"
+unset ANSIBLE_CONFIG   # molecule writes its own; .config/molecule/config.yml carries the settings
+export PY_COLORS=${PY_COLORS:-0} ANSIBLE_FORCE_COLOR=${ANSIBLE_FORCE_COLOR:-0} NO_COLOR=${NO_COLOR:-1}
+
+# kimi.deploy resolves through .collections/ (what `make setup` links)
+link=.collections/ansible_collections/kimi/deploy
+[ -e "$link" ] || { mkdir -p "$(dirname "$link")" && ln -sfn ../../.. "$link"; }
+
+if [ $# -gt 0 ]; then
+	scenarios=("$@")
+else
+	mapfile -t scenarios < <(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' |
+		xargs -rn1 basename | grep -v '^_' | sort)
+fi
+[ ${#scenarios[@]} -gt 0 ] || { echo "run-molecule: no scenario in molecule/" >&2; exit 2; }
+
+if [ "${KIMI_TEST_SKIP_PREPARE:-0}" != 1 ]; then
+	tests/harness/prepare.sh || { echo "run-molecule: prepare.sh failed"; echo "molecule: 0 passed, ${#scenarios[@]} failed"; exit 1; }
+fi
+
+mkdir -p "$LOGDIR"
+passed=0 failed=0 rows=() T0=$SECONDS
+for s in "${scenarios[@]}"; do
+	log=$LOGDIR/molecule-$s.log
+	echo "=== molecule test -s $s   (log: $log)"
+	t=$SECONDS
+	if [ ! -f "molecule/$s/molecule.yml" ]; then
+		echo "no such scenario: molecule/$s/molecule.yml" >"$log"; rc=2
+	elif [ "${KIMI_TEST_QUIET:-0}" = 1 ]; then
+		# shellcheck disable=SC2086
+		molecule --base-config .config/molecule/config.yml test -s "$s" ${MOLECULE_ARGS:-} >"$log" 2>&1; rc=$?
+	else
+		# shellcheck disable=SC2086
+		molecule --base-config .config/molecule/config.yml test -s "$s" ${MOLECULE_ARGS:-} 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}
+	fi
+	d=$((SECONDS - t))
+	if [ $rc = 0 ]; then
+		passed=$((passed + 1)); res=passed
+	else
+		failed=$((failed + 1)); res="FAILED (rc=$rc)"
+		[ "${KIMI_TEST_QUIET:-0}" = 1 ] && tail -n 40 "$log" | sed "s/^/  $s| /"
+	fi
+	rows+=("$(printf '%-28s %-16s %4dm%02ds' "$s" "$res" $((d / 60)) $((d % 60)))")
+	echo "=== $s: $res in ${d}s"
+done
+
+echo
+printf '%-28s %-16s %7s\n' scenario result time
+printf '%s\n' "${rows[@]}"
+d=$((SECONDS - T0))
+printf '%-28s %-16s %4dm%02ds\n' total "" $((d / 60)) $((d % 60))
+echo "molecule: $passed passed, $failed failed"
+[ $failed = 0 ]
