@@ -341,6 +341,54 @@ def _check_int(field, value, low, high):
     return number
 
 
+def _check_kv(identity, kv):
+    """KV dtype from the (quant, engine) menu; unset -> the recommended first entry."""
+    menu = KV_MENUS[identity]
+    kv = menu[0] if kv is None or str(kv).strip() == "" else str(kv).strip()
+    return _check_choice("kv_cache_dtype", kv, menu, "the KV menu for quant=%s engine=%s" % identity)
+
+
+def _check_moe(quant, moe, family=None):
+    """NVFP4 only; unset -> marlin (the measured pick on sm_120), flashinfer_cutedsl on datacenter Blackwell."""
+    if quant == "int4":
+        if not _is_unset(moe):
+            _fail("moe_backend", moe, ["null (unset)"], "quant=int4 uses the Marlin MoE kernels chosen by the "
+                  "checkpoint; the MoE backend is an NVFP4 choice")
+        return None
+    if _is_unset(moe):
+        moe = "flashinfer_cutedsl" if family == "blackwell-dc" else "marlin"
+    return _check_choice("moe_backend", moe, MOE_BACKENDS)
+
+
+def _check_mem(engine, mem):
+    """The engine's own memory knob (they are different knobs); unset -> its measured working value."""
+    knob = MEMORY_KNOBS[engine]
+    allowed = ["a number in (0, %s] for %s" % (knob["max"], knob["flag"])]
+    if mem in (None, "", "auto"):
+        return knob["default"]
+    try:
+        mem = float(mem)
+    except (TypeError, ValueError):
+        _fail("mem_fraction", mem, allowed)
+    if not 0.0 < mem <= knob["max"]:
+        why = ("SGLang's --mem-fraction-static covers weights + KV; transients live outside it, and 0.90 OOM-crashes "
+               "the server" if engine == "sglang" else "vLLM's --gpu-memory-utilization caps the whole footprint")
+        _fail("mem_fraction", mem, allowed, why)
+    return mem
+
+
+def _check_extra(engine, extra):
+    """Extra engine arguments: a list of strings that does not repeat a flag the collection manages."""
+    extra = extra or []
+    if isinstance(extra, str) or not isinstance(extra, (list, tuple)) or not all(isinstance(a, str) for a in extra):
+        _fail("extra_args", extra, ["a list of strings, e.g. ['--max-running-requests', '64']"])
+    for arg in extra:
+        flag = arg.split("=", 1)[0]
+        if flag in MANAGED_FLAGS[engine]:
+            _fail("extra_args", arg, None, "%s is set by the collection; use its variable instead" % flag)
+    return list(extra)
+
+
 def _check_identity(quant, engine):
     _check_choice("quant", quant, QUANTS + ("auto",))
     _check_choice("engine", engine, ENGINES + ("auto",))
@@ -412,23 +460,8 @@ def resolve(inputs, gpus=None, require_revision=True):
     summary = summarize_gpus(gpus) if have_gpus else None
     family = summary["arch"]["family"] if summary else None
 
-    # KV cache dtype: menu per (quant, engine), recommended first.
-    menu = KV_MENUS[identity]
-    kv = inputs.get("kv_cache_dtype")
-    kv = menu[0] if kv is None or str(kv).strip() == "" else str(kv).strip()
-    _check_choice("kv_cache_dtype", kv, menu, "the KV menu for quant=%s engine=%s" % identity)
-
-    # MoE backend: NVFP4 only.
-    moe = inputs.get("moe_backend")
-    if quant == "int4":
-        if not _is_unset(moe):
-            _fail("moe_backend", moe, ["null (unset)"], "quant=int4 uses the Marlin MoE kernels chosen by the "
-                  "checkpoint; the MoE backend is an NVFP4 choice")
-        moe = None
-    else:
-        if _is_unset(moe):
-            moe = "flashinfer_cutedsl" if family == "blackwell-dc" else "marlin"
-        _check_choice("moe_backend", moe, MOE_BACKENDS)
+    kv = _check_kv(identity, inputs.get("kv_cache_dtype"))
+    moe = _check_moe(quant, inputs.get("moe_backend"), family)
 
     # Tensor parallel: every GPU of the host by default.
     tp = inputs.get("tp")
@@ -444,19 +477,8 @@ def resolve(inputs, gpus=None, require_revision=True):
     if have_gpus and tp > summary["count"]:
         _fail("tp", tp, ["1..%d (GPUs found)" % summary["count"]], "more ranks than GPUs")
 
-    # Memory knob, per engine (not the same knob).
     knob = MEMORY_KNOBS[engine]
-    mem = inputs.get("mem_fraction")
-    if mem in (None, "", "auto"):
-        mem = knob["default"]
-    try:
-        mem = float(mem)
-    except (TypeError, ValueError):
-        _fail("mem_fraction", mem, ["a number in (0, %s] for %s" % (knob["max"], knob["flag"])])
-    if not 0.0 < mem <= knob["max"]:
-        why = ("SGLang's --mem-fraction-static covers weights + KV; transients live outside it, and 0.90 OOM-crashes "
-               "the server" if engine == "sglang" else "vLLM's --gpu-memory-utilization caps the whole footprint")
-        _fail("mem_fraction", mem, ["a number in (0, %s] for %s" % (knob["max"], knob["flag"])], why)
+    mem = _check_mem(engine, inputs.get("mem_fraction"))
 
     # Context length: vLLM with bf16 KV tops out ~131K on 96 GB cards; 256K needs fp8 KV.
     kv_tokens = None
@@ -491,9 +513,7 @@ def resolve(inputs, gpus=None, require_revision=True):
     name = str(inputs.get("served_model_name") or DEFAULT_SERVED_MODEL_NAME)
     if not NAME_RE.match(name):
         _fail("served_model_name", name, ["1-128 characters of letters, digits and . _ : / -"])
-    extra = inputs.get("extra_args") or []
-    if isinstance(extra, str) or not isinstance(extra, (list, tuple)) or not all(isinstance(a, str) for a in extra):
-        _fail("extra_args", extra, ["a list of strings, e.g. ['--max-running-requests', '64']"])
+    extra = _check_extra(engine, inputs.get("extra_args"))
 
     checkpoint = CHECKPOINTS[quant]
     revisions = inputs.get("revisions") or {}
@@ -581,35 +601,16 @@ def engine_argv(deployment):
     _check_choice("engine", engine, ENGINES)
     _check_identity(quant, engine)
     identity = (quant, engine)
-    kv = deployment.get("kv_cache_dtype") or KV_MENUS[identity][0]
-    _check_choice("kv_cache_dtype", kv, KV_MENUS[identity], "the KV menu for quant=%s engine=%s" % identity)
-    moe = deployment.get("moe_backend")
-    if quant == "int4" and moe:
-        _fail("moe_backend", moe, ["null (unset)"], "the MoE backend is an NVFP4 choice")
-    if quant == "nvfp4":
-        moe = moe or "marlin"
-        _check_choice("moe_backend", moe, MOE_BACKENDS)
+    kv = _check_kv(identity, deployment.get("kv_cache_dtype"))
+    moe = _check_moe(quant, deployment.get("moe_backend"))
     tp = _check_int("tp", deployment.get("tp") or 8, 1, 64)
     port = _check_int("port", deployment.get("port") or DEFAULT_PORT, 1, 65535)
     host = str(deployment.get("host") or DEFAULT_HOST)
     name = str(deployment.get("served_model_name") or DEFAULT_SERVED_MODEL_NAME)
     ctx = _check_int("context_length", deployment.get("context_length") or MAX_CONTEXT, 4096, MAX_CONTEXT)
     knob = MEMORY_KNOBS[engine]
-    mem = deployment.get("mem_fraction")
-    mem = knob["default"] if mem in (None, "") else mem
-    try:
-        mem = float(mem)
-    except (TypeError, ValueError):
-        _fail("mem_fraction", mem, ["a number in (0, %s]" % knob["max"]])
-    if not 0.0 < mem <= knob["max"]:
-        _fail("mem_fraction", mem, ["a number in (0, %s] for %s" % (knob["max"], knob["flag"])])
-    extra = deployment.get("extra_args") or []
-    if isinstance(extra, str) or not isinstance(extra, (list, tuple)) or not all(isinstance(a, str) for a in extra):
-        _fail("extra_args", extra, ["a list of strings"])
-    for arg in extra:
-        flag = arg.split("=", 1)[0]
-        if flag in MANAGED_FLAGS[engine]:
-            _fail("extra_args", arg, None, "%s is set by the collection; use its variable instead" % flag)
+    mem = _check_mem(engine, deployment.get("mem_fraction"))
+    extra = _check_extra(engine, deployment.get("extra_args"))
     model = deployment.get("model") or CHECKPOINTS[quant]["repo_id"]
 
     if engine == "sglang":

@@ -18,6 +18,15 @@ def playbook(*args):
     return proc.returncode, " ".join((proc.stdout + proc.stderr).split())  # undo YAML line folding
 
 
+def local_inventory(tmp_path):
+    """This machine as the one kimi_servers host (local connection, the test's own interpreter)."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  children:\n    kimi_servers:\n      hosts:\n        localhost:\n"
+                         "          ansible_connection: local\n"
+                         "          ansible_python_interpreter: \"{{ ansible_playbook_python }}\"\n")
+    return inventory
+
+
 def test_plan_prints_identity_why_checkpoint_image_and_command():
     rc, out = playbook("playbooks/plan.yml", "-e", "quant=int4", "-e", "engine=sglang", "-e", RTX,
                        "-e", "kimi_int4_revision=" + SHA)
@@ -49,9 +58,7 @@ def test_plan_refuses_bad_input_clearly(extra, message):
 
 
 def test_site_refuses_bad_input_before_any_role_runs(tmp_path):
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text("all:\n  children:\n    kimi_servers:\n      hosts:\n        localhost:\n"
-                         "          ansible_connection: local\n          ansible_python_interpreter: \"{{ ansible_playbook_python }}\"\n")
+    inventory = local_inventory(tmp_path)
     rc, out = playbook("-i", str(inventory), "site.yml", "-e", "quant=nvfp4", "-e", "engine=sglang", "-e", RTX)
     assert rc != 0
     assert "NaN" in out
@@ -59,9 +66,7 @@ def test_site_refuses_bad_input_before_any_role_runs(tmp_path):
 
 
 def test_site_refuses_an_unpinned_checkpoint(tmp_path):
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text("all:\n  children:\n    kimi_servers:\n      hosts:\n        localhost:\n"
-                         "          ansible_connection: local\n          ansible_python_interpreter: \"{{ ansible_playbook_python }}\"\n")
+    inventory = local_inventory(tmp_path)
     rc, out = playbook("-i", str(inventory), "site.yml", "-e", "quant=int4", "-e", "engine=vllm", "-e", RTX)
     assert rc != 0
     assert "kimi_int4_revision is not set" in out and "api/models/moonshotai/Kimi-K2.6/revision/main" in out
