@@ -430,14 +430,19 @@ def cmd_runtime_configure(argv, log):
     if flags.get("dry_run"):
         sys.stdout.write(text + "\n")
         return 0
+    _write_file(path, text)
+    log.info("Wrote updated config to %s" % path)
+    log.info("It is recommended that docker daemon be restarted.")
+    return 0
+
+
+def _write_file(path, text):
+    """Write a config file, creating its directory like the real tool does."""
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         os.makedirs(directory, 0o755)
     with open(path, "w") as handle:
         handle.write(text)
-    log.info("Wrote updated config to %s" % path)
-    log.info("It is recommended that docker daemon be restarted.")
-    return 0
 
 
 def cmd_config(argv, log):
@@ -456,11 +461,7 @@ def cmd_config(argv, log):
     if not target:
         sys.stdout.write(text)
         return 0
-    directory = os.path.dirname(os.path.abspath(target))
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)
-    with open(target, "w") as handle:
-        handle.write(text)
+    _write_file(target, text)
     return 0
 
 

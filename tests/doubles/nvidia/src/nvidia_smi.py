@@ -326,37 +326,32 @@ def _strip_unit(value, unit, units):
     return value[:-len(unit)]
 
 
-def query_gpu(profile, gpus, spec, fmt, total):
-    fields = _resolve_fields(spec, QUERY_GPU_FIELDS, QUERY_GPU_ALIASES)
+def _csv(profile, table, fields, fmt, subjects):
+    """CSV the way --query-* prints it: optional header, one row per (gpu, subject) pair, units unless nounits.
+    Each field's function takes (profile, gpu, subject): the GPU count for --query-gpu, the process for apps."""
     header, units = parse_format(fmt)
     lines = []
     if header:
-        lines.append(", ".join(QUERY_GPU_FIELDS[f][0] for f in fields))
-    for gpu in gpus:
+        lines.append(", ".join(table[f][0] for f in fields))
+    for gpu, subject in subjects:
         row = []
         for f in fields:
-            _header, unit, func = QUERY_GPU_FIELDS[f]
-            row.append(_strip_unit(func(profile, gpu, total), unit, units))
+            _header, unit, func = table[f]
+            row.append(_strip_unit(func(profile, gpu, subject), unit, units))
         lines.append(", ".join(row))
     return "".join(line + "\n" for line in lines)
 
 
+def query_gpu(profile, gpus, spec, fmt, total):
+    fields = _resolve_fields(spec, QUERY_GPU_FIELDS, QUERY_GPU_ALIASES)
+    return _csv(profile, QUERY_GPU_FIELDS, fields, fmt, ((gpu, total) for gpu in gpus))
+
+
 def query_apps(profile, gpus, spec, fmt):
     fields = _resolve_fields(spec, QUERY_APPS_FIELDS, QUERY_APPS_ALIASES)
-    header, units = parse_format(fmt)
-    lines = []
-    if header:
-        lines.append(", ".join(QUERY_APPS_FIELDS[f][0] for f in fields))
-    for gpu in gpus:
-        for app in gpu.get("processes") or []:
-            if app.get("type", "C") not in ("C", "C+G"):
-                continue
-            row = []
-            for f in fields:
-                _header, unit, func = QUERY_APPS_FIELDS[f]
-                row.append(_strip_unit(func(profile, gpu, app), unit, units))
-            lines.append(", ".join(row))
-    return "".join(line + "\n" for line in lines)
+    # Compute apps only: graphics-only processes are not listed, as in the real tool.
+    apps = ((gpu, app) for gpu in gpus for app in gpu.get("processes") or [] if app.get("type", "C") in ("C", "C+G"))
+    return _csv(profile, QUERY_APPS_FIELDS, fields, fmt, apps)
 
 
 def list_gpus(gpus):
