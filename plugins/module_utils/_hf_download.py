@@ -1,0 +1,712 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Parallel, resumable, verified download of one Hugging Face repo commit with curl (stdlib + curl only).
+
+How it talks to the hub (protocol notes: HF_HUB.md in the project notes):
+- list files with the paginated tree API at the commit (follow Link rel="next");
+- resolve each file once (HEAD, no redirect following): a 302 gives the signed CDN URL;
+- fetch byte ranges of that URL with parallel curl processes, each writing into the partial blob at its offset;
+- re-resolve on 403/410 from the CDN (expired signature); honour 429 Retry-After / RateLimit; retry 5xx and
+  dropped connections with backoff; a partial blob keeps a list of completed byte intervals beside it, so a run
+  killed at any point resumes with nothing re-fetched but the bytes since the last state save;
+- hash each blob (sha256 = lfs.oid, or git blob sha1 = oid) once complete, then rename it into place.
+
+The token goes only to the hub's origin, in curl's config on stdin: never in argv, never to the CDN, never logged.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import random
+import re
+import subprocess
+import threading
+import time
+
+try:
+    from urllib.parse import quote, urljoin, urlsplit
+except ImportError:  # pragma: no cover - Python 2 is not supported by this collection
+    from urlparse import urljoin, urlsplit  # type: ignore
+    from urllib import quote  # type: ignore
+
+from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import (
+    CacheError, SHA_RE, SHA256_RE, atomic_write, hash_file, safe_relpath,
+)
+
+USER_AGENT = "kimi.deploy-hf_snapshot/1.0 (curl)"
+RETRY_STATUSES = (408, 429, 500, 502, 503, 504)
+READ_BLOCK = 4 << 20
+STATE_SAVE_INTERVAL = 1.0
+
+
+class HubError(CacheError):
+    """The hub refused in a way retrying will not fix (not found, access denied, bad data)."""
+
+
+class TransientError(Exception):
+    """A failure worth retrying. wait_s is the server's requested delay, if any."""
+
+    def __init__(self, message, wait_s=None, expired=False):
+        super(TransientError, self).__init__(message)
+        self.wait_s = wait_s
+        self.expired = expired
+
+
+class Response(object):
+    def __init__(self, status, reason, headers, body=b""):
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self.body = body
+
+    def header(self, name, default=None):
+        return self.headers.get(name.lower(), default)
+
+
+def parse_head_block(lines):
+    """Status and lower-cased headers from the lines of one response head (status line first)."""
+    if not lines:
+        raise TransientError("empty response")
+    status_line = lines[0].decode("latin-1").strip()
+    match = re.match(r"^HTTP/[0-9.]+\s+(\d{3})\s*(.*)$", status_line)
+    if not match:
+        raise TransientError("malformed status line %r" % status_line[:80])
+    headers = {}
+    for raw in lines[1:]:
+        line = raw.decode("latin-1").rstrip("\r\n")
+        if not line or ":" not in line:
+            continue
+        name, value = line.split(":", 1)
+        name = name.strip().lower()
+        value = value.strip()
+        # Keep every Link header; for the rest the last one wins.
+        if name == "link" and name in headers:
+            headers[name] = headers[name] + ", " + value
+        else:
+            headers[name] = value
+    return int(match.group(1)), match.group(2), headers
+
+
+def read_head(stream):
+    """Read response heads from curl --include output, skipping 1xx interim responses."""
+    while True:
+        lines = []
+        while True:
+            line = stream.readline(65536)
+            if not line:
+                if not lines:
+                    raise TransientError("connection closed before a response")
+                break
+            if line in (b"\r\n", b"\n"):
+                break
+            lines.append(line)
+        status, reason, headers = parse_head_block(lines)
+        if 100 <= status < 200:
+            continue
+        return status, reason, headers
+
+
+def next_link(link_header):
+    """URL of the rel="next" entry of a Link header, or None."""
+    if not link_header:
+        return None
+    for part in re.finditer(r'<([^>]*)>\s*((?:;\s*[^,;]+)*)', link_header):
+        params = part.group(2)
+        if re.search(r';\s*rel\s*=\s*"?next"?', params):
+            return part.group(1)
+    return None
+
+
+def retry_after_s(headers, default=None):
+    """Seconds to wait from Retry-After (seconds or HTTP date) or the RateLimit header's t=."""
+    value = headers.get("retry-after")
+    if value:
+        value = value.strip()
+        if value.isdigit():
+            return float(value)
+        try:
+            from email.utils import parsedate_to_datetime
+            when = parsedate_to_datetime(value)
+            return max(0.0, when.timestamp() - time.time())
+        except (TypeError, ValueError, IndexError, OverflowError):
+            pass
+    ratelimit = headers.get("ratelimit")
+    if ratelimit:
+        match = re.search(r"\bt=(\d+)", ratelimit)
+        if match:
+            return float(match.group(1))
+    return default
+
+
+def normalize_etag(value):
+    if not value:
+        return None
+    value = value.strip()
+    if value.startswith("W/"):
+        value = value[2:]
+    return value.strip('"')
+
+
+def origin(url):
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return (parts.scheme, (parts.hostname or "").lower(), port)
+
+
+def curl_quote(value):
+    """A double-quoted string in curl's config file syntax."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r") + '"'
+
+
+class Curl(object):
+    """Runs one curl process per request; the request (URL, headers, token) is written to curl's stdin (-K -)."""
+
+    def __init__(self, curl_path, endpoint, token=None, connect_timeout=30, stall_timeout=60, ca_bundle=None,
+                 user_agent=USER_AGENT):
+        self.curl_path = curl_path
+        self.endpoint = endpoint.rstrip("/")
+        self.hub_origin = origin(self.endpoint)
+        self.token = token or None
+        self.connect_timeout = connect_timeout
+        self.stall_timeout = stall_timeout
+        self.ca_bundle = ca_bundle
+        self.user_agent = user_agent
+
+    def sends_token(self, url):
+        return self.token is not None and origin(url) == self.hub_origin
+
+    def config(self, url, method="GET", byte_range=None, max_time=None):
+        lines = ["silent", "show-error", "include", "globoff", "suppress-connect-headers",
+                 "url = " + curl_quote(url),
+                 "user-agent = " + curl_quote(self.user_agent),
+                 "connect-timeout = %d" % self.connect_timeout,
+                 # A transfer slower than 1 KiB/s for stall_timeout seconds is dead: retry it.
+                 "speed-limit = 1024", "speed-time = %d" % self.stall_timeout]
+        if method == "HEAD":
+            lines.append("head")
+        if max_time:
+            lines.append("max-time = %d" % max_time)
+        if self.ca_bundle:
+            lines.append("cacert = " + curl_quote(self.ca_bundle))
+        if byte_range is not None:
+            lines.append("header = " + curl_quote("Range: bytes=%d-%d" % byte_range))
+        if self.sends_token(url):
+            lines.append("header = " + curl_quote("Authorization: Bearer " + self.token))
+        return ("\n".join(lines) + "\n").encode("utf-8")
+
+    def spawn(self, config):
+        proc = subprocess.Popen([self.curl_path, "--disable", "-K", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, bufsize=1 << 20, close_fds=True)
+        try:
+            proc.stdin.write(config)
+            proc.stdin.close()
+        except (IOError, OSError):
+            pass
+        return proc
+
+    @staticmethod
+    def finish(proc):
+        """Wait for curl; return (exit code, its stderr line)."""
+        try:
+            err = proc.stderr.read(4096)
+        except (IOError, OSError):
+            err = b""
+        code = proc.wait()
+        for handle in (proc.stdout, proc.stderr):
+            try:
+                handle.close()
+            except (IOError, OSError):
+                pass
+        return code, err.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+
+    def request(self, url, method="GET", max_body=64 << 20, max_time=300):
+        """A small request (API, HEAD): the whole response in memory."""
+        proc = self.spawn(self.config(url, method=method, max_time=max_time))
+        try:
+            status, reason, headers = read_head(proc.stdout)
+            body = b"" if method == "HEAD" else proc.stdout.read(max_body + 1)
+        except TransientError:
+            code, err = self.finish(proc)
+            raise TransientError("%s %s: curl exit %d %s" % (method, redact(url), code, err[0]))
+        code, err = self.finish(proc)
+        if code != 0 and method != "HEAD":
+            raise TransientError("%s %s: curl exit %d %s" % (method, redact(url), code, err[0]))
+        if len(body) > max_body:
+            raise HubError("%s %s: response larger than %d bytes" % (method, redact(url), max_body))
+        return Response(status, reason, headers, body)
+
+
+def redact(url):
+    """A URL without its query string (signed CDN URLs carry credentials in it)."""
+    return url.split("?", 1)[0]
+
+
+def hub_error(resp, what):
+    code = resp.header("x-error-code") or ""
+    message = resp.header("x-error-message") or ""
+    text = "%s: HTTP %d %s" % (what, resp.status, code or resp.reason)
+    if message:
+        text += " (%s)" % message
+    if resp.status in (401, 403) or code in ("GatedRepo", "RepoNotFound"):
+        text += ". The repo is private, gated or does not exist: check repo_id and give a token with read access."
+    elif code == "RevisionNotFound":
+        text += ". The commit does not exist in this repo: check revision."
+    return HubError(text)
+
+
+class Hub(object):
+    """Hub API calls with retries (tree listing, resolve)."""
+
+    def __init__(self, curl, repo_id, commit, retries=8, sleep=time.sleep, log=None):
+        self.curl = curl
+        self.repo_id = repo_id
+        self.commit = commit
+        self.retries = retries
+        self.sleep = sleep
+        self.log = log or (lambda msg: None)
+        self.gate = Gate(sleep)
+
+    def with_retries(self, what, call):
+        attempt = 0
+        while True:
+            self.gate.wait()
+            try:
+                return call()
+            except TransientError as exc:
+                attempt += 1
+                if attempt > self.retries:
+                    raise HubError("%s: giving up after %d attempts: %s" % (what, attempt, exc))
+                delay = exc.wait_s if exc.wait_s is not None else backoff_s(attempt)
+                if exc.wait_s is not None:
+                    self.gate.hold(delay)
+                self.log("%s: %s; retry %d in %.1fs" % (what, exc, attempt, delay))
+                self.sleep(delay)
+
+    def check_status(self, resp, what):
+        if resp.status == 429:
+            raise TransientError("%s: HTTP 429" % what, wait_s=retry_after_s(resp.headers, 5.0) + random.uniform(0, 1))
+        if resp.status in RETRY_STATUSES:
+            raise TransientError("%s: HTTP %d" % (what, resp.status), wait_s=retry_after_s(resp.headers))
+        if resp.status >= 400:
+            raise hub_error(resp, what)
+
+    def tree_url(self):
+        return "%s/api/models/%s/tree/%s?recursive=true&expand=false" % (self.curl.endpoint, self.repo_id, self.commit)
+
+    def list_files(self):
+        """Every file at the commit: dicts with path, size, oid, lfs_sha256, xet_hash, etag, hash_kind."""
+        url = self.tree_url()
+        files = []
+        pages = 0
+        while url:
+            pages += 1
+            if pages > 100000:
+                raise HubError("tree listing does not end (more than 100000 pages)")
+
+            def fetch(url=url):
+                resp = self.curl.request(url)
+                self.check_status(resp, "listing %s@%s" % (self.repo_id, self.commit[:12]))
+                try:
+                    entries = json.loads(resp.body.decode("utf-8"))
+                except ValueError:
+                    raise TransientError("listing: invalid JSON")
+                if not isinstance(entries, list):
+                    raise HubError("listing: expected a JSON list, got %s" % type(entries).__name__)
+                return entries, next_link(resp.header("link"))
+            entries, link = self.with_retries("listing", fetch)
+            for entry in entries:
+                if isinstance(entry, dict) and entry.get("type") == "file":
+                    files.append(file_entry(entry))
+            url = urljoin(url, link) if link else None
+        if not files:
+            raise HubError("%s@%s lists no files" % (self.repo_id, self.commit))
+        return sorted(files, key=lambda f: f["path"])
+
+    def resolve_url(self, path):
+        return "%s/%s/resolve/%s/%s" % (self.curl.endpoint, self.repo_id, self.commit, quote(path))
+
+    def resolve(self, entry):
+        """HEAD the file once: (data URL, headers checked against the listing). Redirects are not followed."""
+        url = self.resolve_url(entry["path"])
+        for _hop in range(5):
+            resp = self.curl.request(url, method="HEAD", max_time=60)
+            self.check_status(resp, "resolving %s" % entry["path"])
+            commit = resp.header("x-repo-commit")
+            if commit and commit != self.commit:
+                raise HubError("resolving %s: the hub answered for commit %s, not %s" % (entry["path"], commit, self.commit))
+            linked_size = resp.header("x-linked-size")
+            if linked_size and linked_size.isdigit() and int(linked_size) != entry["size"]:
+                raise HubError("resolving %s: size %s differs from the listing's %d" % (entry["path"], linked_size, entry["size"]))
+            etag = normalize_etag(resp.header("x-linked-etag"))
+            if etag and etag != entry["etag"]:
+                raise HubError("resolving %s: etag %s differs from the listing's %s" % (entry["path"], etag, entry["etag"]))
+            if 300 <= resp.status < 400:
+                location = resp.header("location")
+                if not location:
+                    raise HubError("resolving %s: HTTP %d without Location" % (entry["path"], resp.status))
+                url = urljoin(url, location)
+                if origin(url) != self.curl.hub_origin:
+                    return url
+                continue  # same-origin redirect (e.g. /api/resolve-cache/...): ask again there
+            return url
+        raise HubError("resolving %s: too many redirects" % entry["path"])
+
+
+def file_entry(entry):
+    path = safe_relpath(entry.get("path"))
+    size = entry.get("size")
+    oid = entry.get("oid")
+    if not isinstance(size, int) or size < 0 or not isinstance(oid, str) or not SHA_RE.match(oid):
+        raise HubError("listing: bad entry for %s (size %r, oid %r)" % (path, size, oid))
+    lfs = entry.get("lfs") or None
+    lfs_sha256 = None
+    if lfs:
+        lfs_sha256 = lfs.get("oid") or lfs.get("sha256")
+        if not isinstance(lfs_sha256, str) or not SHA256_RE.match(lfs_sha256):
+            raise HubError("listing: bad lfs oid for %s: %r" % (path, lfs_sha256))
+    return {
+        "path": path,
+        "size": size,
+        "oid": oid,
+        "lfs_sha256": lfs_sha256,
+        "xet_hash": entry.get("xetHash"),
+        "etag": lfs_sha256 or oid,
+        "hash_kind": "sha256" if lfs_sha256 else "git-sha1",
+    }
+
+
+def backoff_s(attempt, cap=30.0):
+    return min(cap, 2 ** (attempt - 1)) * random.uniform(0.75, 1.25)
+
+
+class Gate(object):
+    """A shared 'not before' time: a 429 pauses every worker, not only the one that got it."""
+
+    def __init__(self, sleep=time.sleep):
+        self.lock = threading.Lock()
+        self.until = 0.0
+        self.sleep = sleep
+
+    def hold(self, seconds):
+        with self.lock:
+            self.until = max(self.until, time.time() + seconds)
+
+    def wait(self):
+        while True:
+            with self.lock:
+                delay = self.until - time.time()
+            if delay <= 0:
+                return
+            self.sleep(min(delay, 1.0))
+
+
+def merge_intervals(intervals):
+    out = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return out
+
+
+def missing_intervals(done, size):
+    out = []
+    pos = 0
+    for start, end in merge_intervals(done):
+        if start > pos:
+            out.append((pos, start))
+        pos = max(pos, end)
+    if pos < size:
+        out.append((pos, size))
+    return out
+
+
+class PartialBlob(object):
+    """blobs/<etag>.kimi-partial plus a JSON list of completed byte intervals beside it."""
+
+    def __init__(self, layout, entry):
+        self.entry = entry
+        self.path = layout.partial(entry["etag"])
+        self.state_path = layout.partial_state(entry["etag"])
+        self.lock = threading.Lock()
+        self.done = []
+        self.dirty = False
+        self.saved_at = 0.0
+        self.fd = None
+        self.url = None
+        self.url_lock = threading.Lock()
+        self.url_epoch = 0
+        self.pending = 0
+        self.failed = None
+        self.finished = False
+        self.resumed_bytes = 0
+
+    def open(self):
+        """Open or create the partial file; keep recorded intervals only if the file still holds them."""
+        size = self.entry["size"]
+        state = None
+        try:
+            with open(self.state_path) as handle:
+                state = json.load(handle)
+        except (IOError, OSError, ValueError):
+            state = None
+        exists = os.path.exists(self.path)
+        valid = (exists and isinstance(state, dict) and state.get("size") == size
+                 and state.get("etag") == self.entry["etag"] and os.path.getsize(self.path) == size)
+        if valid:
+            self.done = merge_intervals([(int(a), int(b)) for a, b in state.get("done", []) if 0 <= a < b <= size])
+        else:
+            self.done = []
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        self.fd = os.open(self.path, flags, 0o600)
+        if not valid:
+            os.ftruncate(self.fd, 0)
+        os.ftruncate(self.fd, size)  # sparse; ranges land at their offsets
+        self.resumed_bytes = self.done_bytes()
+        self.save(force=True)
+
+    def done_bytes(self):
+        return sum(b - a for a, b in self.done)
+
+    def missing(self):
+        with self.lock:
+            return missing_intervals(self.done, self.entry["size"])
+
+    def write(self, offset, data):
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(self.fd, view, offset)
+            offset += written
+            view = view[written:]
+
+    def add(self, start, end):
+        with self.lock:
+            self.done = merge_intervals(self.done + [[start, end]])
+            self.dirty = True
+        self.save()
+
+    def save(self, force=False):
+        with self.lock:
+            now = time.time()
+            if self.finished or (not force and (not self.dirty or now - self.saved_at < STATE_SAVE_INTERVAL)):
+                return
+            payload = json.dumps({"etag": self.entry["etag"], "size": self.entry["size"], "done": self.done}).encode()
+            self.dirty = False
+            self.saved_at = now
+            # Not fsynced: after a crash the final hash catches bytes the state claims but the disk lost.
+            atomic_write(self.state_path, payload, mode=0o600, durable=False)
+
+    def complete(self):
+        with self.lock:
+            return self.done == [[0, self.entry["size"]]] or self.entry["size"] == 0
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def mark_finished(self):
+        with self.lock:
+            self.finished = True
+
+    def discard(self):
+        self.mark_finished()
+        self.close()
+        for path in (self.path, self.state_path):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+class Downloader(object):
+    """Fetches the missing byte ranges of a set of blobs with `connections` curl processes in parallel."""
+
+    def __init__(self, hub, layout, connections=16, chunk_size=64 << 20, retries=10, on_blob_done=None,
+                 sleep=time.sleep, log=None):
+        self.hub = hub
+        self.curl = hub.curl
+        self.layout = layout
+        self.connections = max(1, connections)
+        self.chunk_size = max(1 << 20, chunk_size)
+        self.retries = retries
+        self.on_blob_done = on_blob_done
+        self.sleep = sleep
+        self.log = log or (lambda msg: None)
+        self.gate = hub.gate
+        self.lock = threading.Lock()
+        self.queue = []
+        self.error = None
+        self.bytes_downloaded = 0
+        self.requests = 0
+        self.retried = 0
+        self.reresolved = 0
+
+    def plan(self, blobs):
+        for blob in blobs:
+            for start, end in blob.missing():
+                pos = start
+                while pos < end:
+                    stop = min(end, pos + self.chunk_size)
+                    self.queue.append([blob, pos, stop])
+                    blob.pending += 1
+                    pos = stop
+        self.queue.reverse()  # pop() from the end: files complete in listing order
+
+    def run(self, blobs):
+        self.plan(blobs)
+        for blob in blobs:
+            if blob.pending == 0 and self.on_blob_done:
+                self.on_blob_done(blob)
+        workers = [threading.Thread(target=self.worker, name="kimi-fetch-%d" % i) for i in range(min(self.connections, len(self.queue)))]
+        for worker in workers:
+            worker.daemon = True
+            worker.start()
+        for worker in workers:
+            worker.join()
+        if self.error:
+            raise self.error
+
+    def next_chunk(self):
+        with self.lock:
+            if self.error is not None or not self.queue:
+                return None
+            return self.queue.pop()
+
+    def worker(self):
+        while True:
+            chunk = self.next_chunk()
+            if chunk is None:
+                return
+            blob, start, end = chunk
+            try:
+                self.fetch_chunk(blob, start, end)
+            except Exception as exc:  # pylint: disable=broad-except
+                with self.lock:
+                    if self.error is None:
+                        self.error = exc if isinstance(exc, CacheError) else HubError("%s: %s" % (blob.entry["path"], exc))
+                return
+            with self.lock:
+                blob.pending -= 1
+                last = blob.pending == 0
+            if last:
+                blob.save(force=True)
+                if self.on_blob_done:
+                    self.on_blob_done(blob)
+
+    def data_url(self, blob, stale_epoch=None):
+        with blob.url_lock:
+            if blob.url is None or (stale_epoch is not None and stale_epoch == blob.url_epoch):
+                if blob.url is not None:
+                    self.reresolved += 1
+                blob.url = self.hub.with_retries("resolving %s" % blob.entry["path"], lambda: self.hub.resolve(blob.entry))
+                blob.url_epoch += 1
+            return blob.url, blob.url_epoch
+
+    def fetch_chunk(self, blob, start, end):
+        pos = start
+        attempt = 0
+        while pos < end:
+            self.gate.wait()
+            url, epoch = self.data_url(blob)
+            try:
+                pos = self.fetch_range(blob, url, pos, end)
+                attempt = 0
+            except TransientError as exc:
+                attempt += 1
+                with self.lock:
+                    self.retried += 1
+                if attempt > self.retries:
+                    raise HubError("%s bytes %d-%d: giving up after %d attempts: %s" % (blob.entry["path"], pos, end - 1, attempt, exc))
+                if exc.expired:
+                    self.data_url(blob, stale_epoch=epoch)
+                    continue
+                delay = exc.wait_s if exc.wait_s is not None else backoff_s(attempt)
+                if exc.wait_s is not None:
+                    self.gate.hold(delay)
+                self.log("%s: %s; retry %d in %.1fs" % (blob.entry["path"], exc, attempt, delay))
+                self.sleep(delay)
+
+    def fetch_range(self, blob, url, start, end):
+        """GET bytes [start, end) of url into the blob; returns the new position (== end when done)."""
+        size = blob.entry["size"]
+        with self.lock:
+            self.requests += 1
+        proc = self.curl.spawn(self.curl.config(url, byte_range=(start, end - 1)))
+        pos = start
+        try:
+            status, _reason, headers = read_head(proc.stdout)
+            if status == 206:
+                match = re.match(r"^bytes\s+(\d+)-(\d+)/(\d+|\*)$", headers.get("content-range", ""))
+                if not match or int(match.group(1)) != start or int(match.group(2)) != end - 1:
+                    raise TransientError("unexpected Content-Range %r for bytes %d-%d" % (headers.get("content-range"), start, end - 1))
+                if match.group(3) != "*" and int(match.group(3)) != size:
+                    raise HubError("%s: the server says size %s, the listing %d" % (blob.entry["path"], match.group(3), size))
+                skip = 0
+            elif status == 200:
+                if headers.get("content-length", "").isdigit() and int(headers["content-length"]) != size:
+                    raise HubError("%s: the server sent %s bytes, the listing says %d" % (blob.entry["path"], headers["content-length"], size))
+                skip = start  # the server ignored Range: read past what we have
+            elif status in (403, 410) and origin(url) != self.curl.hub_origin:
+                raise TransientError("HTTP %d from the CDN (signed URL expired?)" % status, expired=True)
+            elif 300 <= status < 400:
+                raise TransientError("HTTP %d on the data URL" % status, expired=True)
+            elif status == 429:
+                raise TransientError("HTTP 429", wait_s=retry_after_s(headers, 5.0) + random.uniform(0, 1))
+            elif status in RETRY_STATUSES:
+                raise TransientError("HTTP %d" % status, wait_s=retry_after_s(headers))
+            elif status == 416:
+                raise HubError("%s: HTTP 416 for bytes %d-%d: the file is smaller than the listing says" % (blob.entry["path"], start, end - 1))
+            else:
+                raise HubError("%s: HTTP %d from %s" % (blob.entry["path"], status, redact(url)))
+            buf = bytearray(READ_BLOCK)
+            view = memoryview(buf)
+            while pos < end:
+                want = min(READ_BLOCK, end - pos + skip) if skip else min(READ_BLOCK, end - pos)
+                count = proc.stdout.readinto(view[:want])
+                if not count:
+                    break
+                if skip:
+                    drop = min(skip, count)
+                    skip -= drop
+                    if drop == count:
+                        continue
+                    data = view[drop:count]
+                else:
+                    data = view[:count]
+                blob.write(pos, data)
+                blob.add(pos, pos + len(data))
+                pos += len(data)
+                with self.lock:
+                    self.bytes_downloaded += len(data)
+        finally:
+            if proc.poll() is None:
+                # Done reading (a 200 stream we stop early), or an error mid-stream: curl may block on the pipe.
+                proc.kill()
+            code, err = self.curl.finish(proc)
+        if pos < end:
+            raise TransientError("connection dropped at byte %d of %d-%d (curl exit %d %s)" % (pos, start, end - 1, code, err[0]))
+        return pos
+
+
+def verify_blob(path, entry, mode):
+    """None when the file at path is the blob the listing describes, else the reason it is not."""
+    try:
+        size = os.path.getsize(path)
+    except OSError as exc:
+        return "cannot read: %s" % exc
+    if size != entry["size"]:
+        return "size %d, expected %d" % (size, entry["size"])
+    if mode == "size":
+        return None
+    kind = "sha256" if entry["hash_kind"] == "sha256" else "sha1"
+    digest = hash_file(path, kind, entry["size"])
+    expected = entry["lfs_sha256"] if kind == "sha256" else entry["oid"]
+    if digest != expected:
+        return "%s %s, expected %s" % (kind, digest, expected)
+    return None
