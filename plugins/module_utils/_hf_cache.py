@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: kimi.deploy contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Hugging Face hub cache layout, hashing and the verification record (stdlib only).
 
 The layout is the one huggingface_hub reads with HF_HUB_OFFLINE=1 (docs: HF_HUB.md in the project notes):

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: kimi.deploy contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Parallel, resumable, verified download of one Hugging Face repo commit with curl (stdlib + curl only).
 
 How it talks to the hub (protocol notes: HF_HUB.md in the project notes):
@@ -48,12 +48,13 @@ class HubError(CacheError):
 
 
 class TransientError(Exception):
-    """A failure worth retrying. wait_s is the server's requested delay, if any."""
+    """A failure worth retrying. wait_s is the server's requested delay, if any; pos is how far a range got."""
 
-    def __init__(self, message, wait_s=None, expired=False):
+    def __init__(self, message, wait_s=None, expired=False, pos=None):
         super(TransientError, self).__init__(message)
         self.wait_s = wait_s
         self.expired = expired
+        self.pos = pos
 
 
 class Response(object):
@@ -618,6 +619,9 @@ class Downloader(object):
                 pos = self.fetch_range(blob, url, pos, end)
                 attempt = 0
             except TransientError as exc:
+                if exc.pos is not None and exc.pos > pos:
+                    pos = exc.pos  # keep the bytes the cut transfer delivered; the retry asks for the rest only
+                    attempt = 0  # progress resets the count
                 attempt += 1
                 with self.lock:
                     self.retried += 1
@@ -690,7 +694,8 @@ class Downloader(object):
                 proc.kill()
             code, err = self.curl.finish(proc)
         if pos < end:
-            raise TransientError("connection dropped at byte %d of %d-%d (curl exit %d %s)" % (pos, start, end - 1, code, err[0]))
+            raise TransientError("connection dropped at byte %d of %d-%d (curl exit %d %s)" % (pos, start, end - 1, code, err[0]),
+                                 pos=pos)
         return pos
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: kimi.deploy contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 
 from __future__ import absolute_import, division, print_function
 
@@ -371,6 +371,7 @@ class Snapshot(object):
         self.hash_lock = threading.Lock()
         self.repaired = []
         self.warnings = []
+        self.paths_per_etag = {}
         self.progress = Progress(p["progress_file"], self.repo_id, self.commit)
 
     def fail(self, msg, **kwargs):
@@ -484,7 +485,9 @@ class Snapshot(object):
             total = record.get("bytes_total", 0)
             return self.result(files, [], total, 0, 0, True, True, 0, {})
 
-        curl_path = self.module.get_bin_path("curl", required=True)
+        curl_path = self.module.get_bin_path("curl")
+        if not curl_path:
+            self.fail("curl is missing on the host: install it (apt-get install curl); hf_snapshot downloads with it")
         curl = Curl(curl_path, self.endpoint, self.token, connect_timeout=p["connect_timeout"],
                     stall_timeout=p["stall_timeout"], ca_bundle=p["ca_bundle"])
         hub = Hub(curl, self.repo_id, self.commit, retries=p["retries"])
@@ -636,6 +639,9 @@ class Snapshot(object):
         self.progress.set(state="listing")
         entries, selected = self.list_selected(hub)
         blobs, ok, to_check, missing = self.classify(selected, record)
+        self.paths_per_etag = {}
+        for entry in selected:
+            self.paths_per_etag[entry["etag"]] = self.paths_per_etag.get(entry["etag"], 0) + 1
         self.progress.set(files_total=len(selected), bytes_total=sum(e["size"] for e in blobs.values()))
         verified_stats = dict(ok)
         fetched_etags = set()
@@ -698,7 +704,6 @@ class Snapshot(object):
                     if isinstance(stat_or_reason, list):
                         verified_stats[blob.entry["etag"]] = stat_or_reason
                         fetched_etags.add(blob.entry["etag"])
-                        self.progress.add("files_done", len([e for e in selected if e["etag"] == blob.entry["etag"]]))
                     else:
                         self.warnings.append("%s: downloaded blob failed the check (%s); fetching it again" % (
                             blob.entry["path"], stat_or_reason))
@@ -716,9 +721,9 @@ class Snapshot(object):
             self.changed = True
         if self.refs_changes(apply=True):
             self.changed = True
-        if self.fix_permissions():
-            self.changed = True
         self.save(selected, verified_stats, blobs)
+        if self.fix_permissions():  # after save(): the record file is chowned too
+            self.changed = True
         self.progress.set(bytes_done=sum(e["size"] for e in blobs.values()), files_done=len(selected))
         self.progress.stop("done")
         total_downloaded = self.progress.data["bytes_downloaded"]
@@ -749,6 +754,7 @@ class Snapshot(object):
             os.unlink(blob.state_path)
         except OSError:
             pass
+        self.progress.add("files_done", self.paths_per_etag.get(entry["etag"], 1))
         return blob, stat_key(self.layout.blob(entry["etag"]))
 
     def write_if_changed(self, path, data, mode=None):
