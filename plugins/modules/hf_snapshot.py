@@ -25,7 +25,7 @@ description:
   - Needs only Python 3 and C(curl) on the target. The token goes only to the hub, in curl's configuration on
     standard input - never in a command line, never to the CDN, never in results or logs.
 version_added: 0.1.0
-author: kimi.deploy contributors
+author: kimi.deploy maintainers (@kimi-deploy)
 options:
   repo_id:
     description: Model repo, C(org/name).
@@ -354,8 +354,8 @@ class Snapshot(object):
         self.check_mode = module.check_mode
         self.repo_id = p["repo_id"]
         self.commit = p["revision"]
-        self.hf_home = os.path.abspath(os.path.expanduser(
-            p["hf_home"] or os.environ.get("HF_HOME") or os.path.join("~", ".cache", "huggingface")))
+        # hf_home is type=path (expanded by AnsibleModule); the fallbacks are what huggingface_hub uses.
+        self.hf_home = os.path.abspath(p["hf_home"] or os.environ.get("HF_HOME") or default_hf_home())
         self.endpoint = (p["endpoint"] or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
         self.token = p["token"] or os.environ.get("HF_TOKEN") or None
         self.verify = p["verify"]
@@ -824,6 +824,13 @@ class Snapshot(object):
                   "verify": self.hash_mode(), "files": files, "bytes_total": sum(e["size"] for e in selected),
                   "blobs": [{"etag": k, "stat": verified_stats[k]} for k in sorted(blobs)], "saved": time.time()}
         save_record(self.layout, record)
+
+
+def default_hf_home():
+    import pwd
+    home = os.environ.get("HOME") or pwd.getpwuid(os.getuid()).pw_dir
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    return os.path.join(cache, "huggingface")
 
 
 def human(count):

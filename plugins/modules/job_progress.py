@@ -12,13 +12,13 @@ DOCUMENTATION = r"""
 module: job_progress
 short_description: Wait for an async job, printing a progress line from its progress file
 description:
-  - Polls an async job started with C(async) and C(poll: 0) until it finishes, and on every poll prints one line
+  - "Polls an async job started with C(async) and C(poll: 0) until it finishes, and on every poll prints one line
     read from the JSON progress file the job keeps (bytes, percent, rate, ETA, files), for example the
-    O(kimi.deploy.hf_snapshot#module:progress_file) of a download.
+    O(kimi.deploy.hf_snapshot#module:progress_file) of a download."
   - Returns the job's own result, as RV(ignore:async_status) does once the job has finished, and fails when the job failed.
   - This is an action plugin; it runs on the controller and calls C(async_status) and C(slurp) on the host.
 version_added: 0.1.0
-author: kimi.deploy contributors
+author: kimi.deploy maintainers (@kimi-deploy)
 options:
   jid:
     description: The C(ansible_job_id) of the async task.
@@ -53,6 +53,7 @@ attributes:
     support: none
     description: No diff.
   platform:
+    support: full
     platforms: posix
     description: POSIX hosts.
 """
@@ -81,6 +82,3 @@ ansible_job_id:
   returned: always
   type: str
 """
-
-if __name__ == "__main__":
-    raise SystemExit("job_progress is an action plugin; use it as a task")

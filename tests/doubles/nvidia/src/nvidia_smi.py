@@ -450,7 +450,7 @@ def topo_matrix(profile, gpus):
         cells = [topo_link(profile, a, b) for b in gpus]
         row = (a["index"], "\t".join(cells), a.get("cpu_affinity", "N/A"), a.get("numa_node", "N/A"))
         lines.append("GPU%d\t%s\t%s\t%s\t\tN/A" % row)
-    return "\n".join(lines) + "\n" + TOPO_LEGEND + "\n"
+    return "\n".join(lines) + "\n" + TOPO_LEGEND
 
 
 def _x(tag, value, depth):
