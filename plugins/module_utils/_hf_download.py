@@ -28,6 +28,11 @@ import threading
 import time
 
 try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None
+
+try:
     from urllib.parse import quote, urljoin, urlsplit
 except ImportError:  # pragma: no cover - Python 2 is not supported by this collection
     from urlparse import urljoin, urlsplit  # type: ignore
@@ -39,8 +44,12 @@ from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import (
 
 USER_AGENT = "kimi.deploy-hf_snapshot/1.0 (curl)"
 RETRY_STATUSES = (408, 429, 500, 502, 503, 504)
-READ_BLOCK = 4 << 20
-STATE_SAVE_INTERVAL = 1.0
+READ_BLOCK = 1 << 20
+# curl's stdout pipe: 1 MiB (the default fs.pipe-max-size, no privilege needed) instead of 64 KiB: fewer reads,
+# wake-ups and GIL hand-offs per byte (bench/README.md measured 10-25% less client CPU).
+PIPE_SIZE = 1 << 20
+# A kill -9 re-fetches at most this many seconds of each blob's progress (the state file is small and not fsynced).
+STATE_SAVE_INTERVAL = 0.25
 
 
 class HubError(CacheError):
@@ -203,6 +212,12 @@ class Curl(object):
         # Popen, not run_command: the body streams from curl's stdout into the blob at its offset (GBs per range).
         proc = subprocess.Popen([self.curl_path, "--disable", "-K", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,  # pylint: disable=ansible-bad-function
                                 stderr=subprocess.PIPE, bufsize=1 << 20, close_fds=True)
+        setpipe = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else None
+        if setpipe is not None:
+            try:
+                fcntl.fcntl(proc.stdout.fileno(), setpipe, PIPE_SIZE)
+            except (IOError, OSError):
+                pass  # over fs.pipe-max-size: the default pipe still works
         try:
             proc.stdin.write(config)
             proc.stdin.close()

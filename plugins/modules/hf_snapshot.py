@@ -257,7 +257,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import (
-    CacheError, Layout, atomic_write, check_repo_id, check_revision, fast_check, filter_paths, load_record,
+    TMP_PREFIX, CacheError, Layout, atomic_write, check_repo_id, check_revision, fast_check, filter_paths, load_record,
     materialize_matches, pointer_target, read_text, save_record, selection_key, stat_key, tree_cache_json,
 )
 from ansible_collections.kimi.deploy.plugins.module_utils._hf_download import (
@@ -499,6 +499,7 @@ class Snapshot(object):
             self.makedirs(path)
         lock = self.take_lock()
         try:
+            self.remove_stale_temporaries()
             self.progress.start()
             return self.download(hub, record)
         except CacheError as exc:
@@ -721,6 +722,7 @@ class Snapshot(object):
             self.changed = True
         if self.refs_changes(apply=True):
             self.changed = True
+        self.remove_stale_partials(blobs)
         self.save(selected, verified_stats, blobs)
         if self.fix_permissions():  # after save(): the record file is chowned too
             self.changed = True
@@ -757,6 +759,20 @@ class Snapshot(object):
         self.progress.add("files_done", self.paths_per_etag.get(entry["etag"], 1))
         return blob, stat_key(self.layout.blob(entry["etag"]))
 
+    def remove_stale_temporaries(self):
+        """Temporary files of atomic writes cut by a kill (we hold the lock: no other run is writing)."""
+        for root, unused, names in os.walk(self.layout.repo_dir):
+            for name in names:
+                if name.startswith(TMP_PREFIX) and name.endswith(".tmp"):
+                    os.unlink(os.path.join(root, name))
+
+    def remove_stale_partials(self, blobs):
+        """Partial files of blobs that are complete now (left by a run that lost a race or was killed)."""
+        for etag in blobs:
+            for path in (self.layout.partial(etag), self.layout.partial_state(etag)):
+                if os.path.exists(path) and os.path.exists(self.layout.blob(etag)):
+                    os.unlink(path)
+
     def write_if_changed(self, path, data, mode=None):
         if read_text(path) == data.decode("utf-8"):
             return False
@@ -784,7 +800,7 @@ class Snapshot(object):
             if not apply:
                 continue
             self.makedirs(os.path.dirname(pointer))
-            tmp = os.path.join(os.path.dirname(pointer), ".%s.kimi-tmp" % os.path.basename(pointer))
+            tmp = os.path.join(os.path.dirname(pointer), "%s%s.tmp" % (TMP_PREFIX, os.path.basename(pointer)))
             if os.path.lexists(tmp):
                 os.unlink(tmp)
             if real:
