@@ -11,7 +11,7 @@ COLLECTION_LINK := .collections/ansible_collections/kimi/deploy
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help setup lint sanity unit test plan build clean
+.PHONY: help setup lint sanity unit test plan build bench clean
 
 help:  ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -48,6 +48,9 @@ test: setup  ## Everything CI runs: lint, sanity, unit tests
 
 build: setup  ## Build the collection tarball into build/
 	$(BIN)/ansible-galaxy collection build --force --output-path build .
+
+bench: setup  ## Download benchmark: hf_snapshot vs huggingface_hub on the fake hub (ARGS="--size 16GiB --connections 24")
+	$(BIN)/python bench/hf_download.py $(ARGS)
 
 clean:  ## Remove the virtualenv, the collection link and build output
 	rm -rf $(VENV) .collections build
