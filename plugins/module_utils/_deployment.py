@@ -494,7 +494,9 @@ def resolve(inputs, gpus=None, require_revision=True):
                 ctx //= 2
     ctx = _check_int("context_length", ctx, 4096, MAX_CONTEXT)
     warnings = []
-    if engine == "vllm" and kv_tokens is not None and ctx > kv_tokens:
+    # Only for a pool that fits: an unfit one is reported by the fit verdict (hardware.fits, with the GPUs found and
+    # what fits), which nvidia_host's preflight turns into the error; this message would only confuse it.
+    if engine == "vllm" and kv_tokens is not None and ctx > kv_tokens and advice["fits"]:
         values = (_var("context_length"), ctx, kv_tokens, _var("kv_cache_dtype"), kv, _var("mem_fraction"), mem,
                   summary["count"], summary["min_memory_mib"], _var("mem_fraction"))
         raise DeploymentError(

@@ -37,9 +37,15 @@ options:
       - Where procfs is mounted. The driver version and kernel module flavour come from
         O(proc_root)C(/driver/nvidia/version); a running C(nvidia-persistenced) is found through
         O(proc_root)C(/<pid>/comm) (or a pid file in C(/run/nvidia-persistenced) naming a live O(proc_root)C(/<pid>)).
-      - Tests point it at a copy, for example C(/usr/share/kimi-double/proc) of the NVIDIA test double packages.
     type: path
     default: /proc
+  driver_version_file:
+    description:
+      - The driver's version text, by default O(proc_root)C(/driver/nvidia/version).
+      - Tests point it at the copy the NVIDIA test double packages install,
+        C(/usr/share/kimi-double/proc/driver/nvidia/version), and keep O(proc_root) on the real procfs so that a
+        running C(nvidia-persistenced) is still found.
+    type: path
   sys_root:
     description:
       - Where sysfs is mounted. NVIDIA (vendor C(0x10de)) display and 3D controllers (class C(0x0300), C(0x0302))
@@ -103,7 +109,7 @@ EXAMPLES = r"""
 
 - name: Read the NVIDIA test double's /proc text instead of the host's
   kimi.deploy.gpu_facts:
-    proc_root: /usr/share/kimi-double/proc
+    driver_version_file: /usr/share/kimi-double/proc/driver/nvidia/version
     query_topology: false
 """
 
@@ -312,7 +318,7 @@ class GpuFacts:
         return rc, out, err
 
     def proc_version(self):
-        path = os.path.join(self.params["proc_root"], "driver", "nvidia", "version")
+        path = self.params["driver_version_file"] or os.path.join(self.params["proc_root"], "driver", "nvidia", "version")
         try:
             with open(path) as handle:
                 text = handle.read()
@@ -398,6 +404,7 @@ def main():
         argument_spec=dict(
             nvidia_smi=dict(type="str", default="nvidia-smi"),
             proc_root=dict(type="path", default="/proc"),
+            driver_version_file=dict(type="path"),
             sys_root=dict(type="path", default="/sys"),
             query_topology=dict(type="bool", default=True),
             timeout=dict(type="int", default=60),

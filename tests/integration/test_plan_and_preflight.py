@@ -62,7 +62,7 @@ def test_site_refuses_bad_input_before_any_role_runs(tmp_path):
     rc, out = playbook("-i", str(inventory), "site.yml", "-e", "quant=nvfp4", "-e", "engine=sglang", "-e", RTX)
     assert rc != 0
     assert "NaN" in out
-    assert "Turn the host into a Kimi-K2.6 endpoint" not in out  # the changing play never started
+    assert "Turn the host into a GPU container host" not in out  # the changing play never started
 
 
 def test_site_refuses_an_unpinned_checkpoint(tmp_path):
@@ -70,3 +70,35 @@ def test_site_refuses_an_unpinned_checkpoint(tmp_path):
     rc, out = playbook("-i", str(inventory), "site.yml", "-e", "quant=int4", "-e", "engine=vllm", "-e", RTX)
     assert rc != 0
     assert "kimi_int4_revision is not set" in out and "api/models/moonshotai/Kimi-K2.6/revision/main" in out
+
+
+def test_nvidia_host_refuses_the_control_node_before_any_change(tmp_path):
+    """A `connection: local` host is the machine running Ansible: the role reboots when the driver changes, so it
+    stops at its first task (nothing read from the GPUs, nothing installed) unless told."""
+    play = tmp_path / "play.yml"
+    play.write_text("- hosts: localhost\n  connection: local\n  gather_facts: true\n"
+                    "  vars:\n    ansible_python_interpreter: \"{{ ansible_playbook_python }}\"\n"
+                    "    kimi_deployment: {identity: int4-sglang, hardware: null}\n"
+                    "  roles:\n    - kimi.deploy.nvidia_host\n")
+    rc, out = playbook(str(play))
+    assert rc != 0
+    assert "is reached over a local connection, i.e. it is the control node" in out, out
+    assert "nvidia_host_skip_reboot=true" in out and "nvidia_host_allow_local_reboot=true" in out
+    assert "Gather GPU facts" not in out and "Check the driver settings" not in out  # stopped at the first check
+
+
+def test_site_on_a_bare_host_asks_for_quant_and_engine(tmp_path):
+    """GPUs on the PCI bus but no driver (no nvidia-smi here): VRAM and compute capability are unknown, so the
+    preflight asks for quant and engine before any host is changed, naming the GPUs it found."""
+    inventory = local_inventory(tmp_path)
+    devices = tmp_path / "sys" / "bus" / "pci" / "devices"
+    for bus in ("0000:01:00.0", "0000:21:00.0"):
+        (devices / bus).mkdir(parents=True)
+        for name, value in (("vendor", "0x10de"), ("device", "0x2bb5"), ("class", "0x030200")):
+            (devices / bus / name).write_text(value + "\n")
+    rc, out = playbook("-i", str(inventory), "site.yml", "-e", "nvidia_host_sys_root=%s" % (tmp_path / "sys"),
+                       "-e", "nvidia_host_nvidia_smi=/nonexistent/nvidia-smi", "-e", "kimi_int4_revision=" + SHA)
+    assert rc != 0
+    assert "has 2 NVIDIA GPU(s) on the PCI bus (0000:01:00.0, 0000:21:00.0) but no working driver yet" in out, out
+    assert "-e quant=int4 -e engine=sglang" in out
+    assert "Turn the host into a GPU container host" not in out

@@ -168,6 +168,11 @@ def test_vllm_context_beyond_kv_cache_is_refused_before_start():
         resolve(RTX8, quant="int4", engine="vllm", mem_fraction=0.85, context_length=32768)
 
 
+def test_an_unfit_pool_resolves_with_the_fit_verdict_instead_of_a_context_error():
+    dep = resolve(H100x4)  # vLLM's KV estimate is 0 tokens here: the verdict, not the context check, reports it
+    assert dep["identity"] == "int4-vllm" and dep["hardware"]["fits"] is False
+
+
 def test_auto_resolution_uses_hardware_and_says_why():
     dep = resolve(RTX8)
     assert dep["identity"] == "int4-sglang"

@@ -158,6 +158,15 @@ def test_persistenced_running(tmp_path):
     assert host.run()["ansible_facts"]["kimi_gpu_summary"]["persistenced_active"] is True
 
 
+def test_driver_version_file_apart_from_procfs(tmp_path):
+    host = double_host(tmp_path, "h100-x1")[0]
+    host.process(777, "nvidia-persiste")
+    elsewhere = tmp_path / "version"
+    elsewhere.write_text(PROPRIETARY_VERSION % "575.57.08")
+    summary = host.run(driver_version_file=str(elsewhere))["ansible_facts"]["kimi_gpu_summary"]
+    assert summary["open_kernel_module"] is False and summary["persistenced_active"] is True
+
+
 def test_no_gpu_profile(tmp_path):
     host, _data = double_host(tmp_path, "none")
     out = host.run()
