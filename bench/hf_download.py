@@ -78,12 +78,11 @@ def parse_size(text):
 
 
 def human(count):
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return "%.1f %s" % (value, unit)
-        value /= 1024.0
-    return "%d B" % count
+    """The module's own unit formatting (plugins/module_utils/_hf_cache.py)."""
+    if COLLECTIONS not in sys.path:
+        sys.path.insert(0, COLLECTIONS)
+    from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import human_size  # pylint: disable=import-error
+    return human_size(count)
 
 
 def loadavg():

@@ -248,3 +248,13 @@ def fast_check(layout, record, materialize_patterns, refs, verify):
 
 def materialize_matches(path, patterns):
     return bool(patterns) and any(fnmatch.fnmatch(path, p) or fnmatch.fnmatch(os.path.basename(path), p) for p in patterns)
+
+
+def human_size(count):
+    """Bytes in binary units, for messages (1.5 GiB)."""
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return "%.1f %s" % (value, unit)
+        value /= 1024.0
+    return "%d B" % count

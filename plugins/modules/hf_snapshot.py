@@ -257,7 +257,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import (
-    TMP_PREFIX, CacheError, Layout, atomic_write, check_repo_id, check_revision, fast_check, filter_paths, load_record,
+    TMP_PREFIX, CacheError, Layout, atomic_write, human_size, check_repo_id, check_revision, fast_check, filter_paths, load_record,
     materialize_matches, pointer_target, read_text, save_record, selection_key, stat_key, tree_cache_json,
 )
 from ansible_collections.kimi.deploy.plugins.module_utils._hf_download import (
@@ -632,7 +632,7 @@ class Snapshot(object):
         if need and free - need < floor:
             self.fail("not enough disk space in %s: %s missing to download, %s free, min_free_bytes=%s must stay free. "
                       "Free %s or point hf_home at a bigger disk." % (
-                          folder, human(need), human(free), human(floor), human(need + floor - free)),
+                          folder, human_size(need), human_size(free), human_size(floor), human_size(need + floor - free)),
                       bytes_needed=need, bytes_free=free)
 
     def download(self, hub, record):
@@ -847,15 +847,6 @@ def default_hf_home():
     home = os.environ.get("HOME") or pwd.getpwuid(os.getuid()).pw_dir
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
     return os.path.join(cache, "huggingface")
-
-
-def human(count):
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return "%.1f %s" % (value, unit)
-        value /= 1024.0
-    return "%d B" % count
 
 
 def main():
