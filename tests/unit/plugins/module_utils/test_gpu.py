@@ -16,17 +16,16 @@ PROPRIETARY_535 = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  
                    "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04) \n")
 NO_DRIVER_TEXT = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
                   "Make sure that the latest NVIDIA driver is installed and running.\n\n")
-LEGEND = """
-Legend:
 
-  X    = Self
-  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
-  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node
-  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
-  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)
-  PIX  = Connection traversing at most a single PCIe bridge
-  NV#  = Connection traversing a bonded set of # NVLinks
-"""
+
+def real_legend():
+    """The legend block as the real nvidia-smi prints it under `topo -m` (captured on an H100 host)."""
+    with open(os.path.join(CAPTURES, "nvidia-h100-x1", "topo.txt")) as handle:
+        text = handle.read()
+    return text[text.index("\nLegend:"):]
+
+
+LEGEND = real_legend()
 
 
 def capture(*parts):
