@@ -443,6 +443,20 @@ def missing_intervals(done, size):
     return out
 
 
+def recorded_intervals(path, state_path, entry):
+    """Byte intervals an earlier run saved for this partial blob; [] unless the state and the file still agree."""
+    size = entry["size"]
+    try:
+        with open(state_path) as handle:
+            state = json.load(handle)
+        if (not isinstance(state, dict) or state.get("size") != size or state.get("etag") != entry["etag"]
+                or os.path.getsize(path) != size):
+            return []
+        return merge_intervals([(int(a), int(b)) for a, b in state.get("done", []) if 0 <= a < b <= size])
+    except (IOError, OSError, ValueError, TypeError):
+        return []
+
+
 class PartialBlob(object):
     """blobs/<etag>.kimi-partial plus a JSON list of completed byte intervals beside it."""
 
@@ -466,22 +480,10 @@ class PartialBlob(object):
     def open(self):
         """Open or create the partial file; keep recorded intervals only if the file still holds them."""
         size = self.entry["size"]
-        state = None
-        try:
-            with open(self.state_path) as handle:
-                state = json.load(handle)
-        except (IOError, OSError, ValueError):
-            state = None
-        exists = os.path.exists(self.path)
-        valid = (exists and isinstance(state, dict) and state.get("size") == size
-                 and state.get("etag") == self.entry["etag"] and os.path.getsize(self.path) == size)
-        if valid:
-            self.done = merge_intervals([(int(a), int(b)) for a, b in state.get("done", []) if 0 <= a < b <= size])
-        else:
-            self.done = []
+        self.done = recorded_intervals(self.path, self.state_path, self.entry)
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
         self.fd = os.open(self.path, flags, 0o600)
-        if not valid:
+        if not self.done:
             os.ftruncate(self.fd, 0)
         os.ftruncate(self.fd, size)  # sparse; ranges land at their offsets
         self.resumed_bytes = self.done_bytes()
@@ -517,10 +519,6 @@ class PartialBlob(object):
             self.saved_at = now
             # Not fsynced: after a crash the final hash catches bytes the state claims but the disk lost.
             atomic_write(self.state_path, payload, mode=0o600, durable=False)
-
-    def complete(self):
-        with self.lock:
-            return self.done == [[0, self.entry["size"]]] or self.entry["size"] == 0
 
     def close(self):
         if self.fd is not None:

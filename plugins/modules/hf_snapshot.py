@@ -261,7 +261,7 @@ from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import (
     materialize_matches, pointer_target, read_text, save_record, selection_key, stat_key, tree_cache_json,
 )
 from ansible_collections.kimi.deploy.plugins.module_utils._hf_download import (
-    Curl, Downloader, Hub, HubError, PartialBlob, verify_blob,
+    Curl, Downloader, Hub, HubError, PartialBlob, recorded_intervals, verify_blob,
 )
 
 try:
@@ -613,14 +613,9 @@ class Snapshot(object):
         return max(1, self.module.params["hash_workers"] or os.cpu_count() or 1)
 
     def partial_done(self, entry):
-        try:
-            with open(self.layout.partial_state(entry["etag"])) as handle:
-                state = json.load(handle)
-            if state.get("size") == entry["size"] and os.path.getsize(self.layout.partial(entry["etag"])) == entry["size"]:
-                return sum(b - a for a, b in state.get("done", []))
-        except (IOError, OSError, ValueError, TypeError, AttributeError):
-            pass
-        return 0
+        """Bytes of this blob a killed or failed run left on disk (the next download keeps them)."""
+        etag = entry["etag"]
+        return sum(b - a for a, b in recorded_intervals(self.layout.partial(etag), self.layout.partial_state(etag), entry))
 
     def check_disk(self, need):
         folder = self.layout.hub
@@ -654,12 +649,11 @@ class Snapshot(object):
                 good, bad = self.check_existing(to_check, pool)
                 verified_stats.update(good)
                 missing = missing + bad
-            need = sum(b["size"] - self.partial_done(b) for b in missing)
-            self.check_disk(need)
-            self.progress.base_done = sum(blobs[e]["size"] for e in verified_stats) + sum(self.partial_done(b) for b in missing)
+            on_disk = sum(self.partial_done(b) for b in missing)
+            self.check_disk(sum(b["size"] for b in missing) - on_disk)
+            self.progress.base_done = sum(blobs[e]["size"] for e in verified_stats) + on_disk
             self.progress.set(files_done=len([e for e in selected if e["etag"] in verified_stats]))
             rounds = 0
-            downloader = None
             counters = {"range_requests": 0, "retries": 0, "reresolved": 0, "rounds": 0}
             while missing:
                 rounds += 1
