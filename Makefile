@@ -33,9 +33,11 @@ plan: setup  ## Resolve and print a deployment, no host needed (QUANT=, ENGINE=,
 	$(BIN)/ansible-playbook playbooks/plan.yml -e quant=$(or $(QUANT),auto) -e engine=$(or $(ENGINE),auto) \
 		-e @tests/fixtures/gpus/$(or $(GPUS),rtx-pro-6000-x8).json
 
-lint: setup  ## yamllint + ansible-lint (production profile)
+lint: setup  ## yamllint + ansible-lint (production profile) + changelog fragments
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint --profile production
+	$(BIN)/antsibull-changelog lint
+	$(BIN)/antsibull-changelog lint-changelog-yaml changelogs/changelog.yaml
 
 sanity: setup  ## ansible-test sanity on a copy laid out as ansible_collections/kimi/deploy
 	tests/sanity.sh

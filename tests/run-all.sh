@@ -68,6 +68,7 @@ build_and_install() {  # the built tarball installs and its plugins load from th
 run prepare tests/harness/prepare.sh
 run yamllint yamllint --strict .
 run ansible-lint ansible-lint --profile production
+run changelog bash -c 'antsibull-changelog lint && antsibull-changelog lint-changelog-yaml changelogs/changelog.yaml'
 run sanity tests/sanity.sh
 run build-install build_and_install
 suite pytest "$out/pytest.xml" pytest -q -p no:cacheprovider --junitxml="$out/pytest.xml" tests/unit tests/integration

@@ -21,11 +21,18 @@ options:
     description:
       - User inputs. Keys C(quant), C(engine), C(kv_cache_dtype), C(moe_backend), C(context_length),
         C(mem_fraction), C(tp), C(host), C(port), C(served_model_name), C(extra_args), C(image),
-        C(revisions) (a dict C({int4 => sha, nvfp4 => sha})). Empty, null or C(auto) values are derived.
+        C(revisions) (a dict C({int4 => sha, nvfp4 => sha})), C(min_kv_tokens). Empty, null or C(auto) values
+        are derived.
+      - C(extra_args) is read the way the pinned engine's parser reads it (aliases, short options, C(--flag=value),
+        C(--flag value) as one string, vLLM's underscore and dotted spellings); an option the collection manages
+        (in any spelling), an option the pinned engine does not have, or a missing value is refused.
     type: dict
     required: true
   gpus:
-    description: GPU list as in M(kimi.deploy.gpu_facts)'s C(kimi_gpus). Needed when quant or engine is C(auto).
+    description:
+      - GPU list as in M(kimi.deploy.gpu_facts)'s C(nvidia_gpus) fact (or the C(kimi_gpus) site input of a GPU
+        profile). Needed when quant or engine is C(auto); with it the deployment gets its C(hardware) verdict.
+      - Each entry needs C(name), C(compute_cap) and C(memory_mib).
     type: list
     elements: dict
     default: []
@@ -40,7 +47,7 @@ EXAMPLES = r"""
   ansible.builtin.set_fact:
     kimi_deployment: >-
       {{ {'quant': quant, 'engine': engine, 'revisions': {'int4': kimi_int4_revision}}
-         | kimi.deploy.deployment(kimi_gpus) }}
+         | kimi.deploy.deployment(ansible_facts.nvidia_gpus) }}
 """
 
 RETURN = r"""
@@ -56,11 +63,16 @@ _value:
       type: list
       elements: str
     checkpoint:
-      description: C(repo_id), C(revision), C(format), C(weights_bytes), C(disk_bytes_required).
+      description: C(repo_id), C(revision), C(revision_variable) (e.g. C(kimi_int4_revision)), C(format),
+        C(weights_bytes), C(disk_bytes_required).
       type: dict
     image:
-      description: Pinned engine image (NVFP4 is the locally built patched image).
+      description: Pinned engine image (NVFP4 is the locally built patched image), or C(kimi_engine_image).
       type: str
+    extra_args:
+      description: The extra engine arguments, as argv elements (C(--flag value) given as one string is split).
+      type: list
+      elements: str
     argv:
       description: Container command (see the engine_flags filter).
       type: list
@@ -70,7 +82,12 @@ _value:
       type: list
       elements: str
     hardware:
-      description: GPU summary, KV estimate and fit verdict; null without GPU facts.
+      description:
+        - The GPUs and the fit verdict of the settings chosen (tensor parallel size, memory knob, engine, KV dtype);
+          null without GPU facts.
+        - Keys C(gpu_count), C(models), C(arch), C(sm), C(vram_total_mib), C(vram_min_mib), C(kv_tokens_estimate),
+          C(fits), C(fit_reason) (a sentence with the numbers and what would fit) and C(recommended).
+        - An unfit pool is not an error here; site.yml's preflight refuses it with C(fit_reason).
       type: dict
 """
 

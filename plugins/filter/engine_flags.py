@@ -19,13 +19,18 @@ description:
     C(--trust-remote-code), the C(kimi_k2) tool-call and reasoning parsers, and for vLLM C(--enable-auto-tool-choice)
     and C(--mm-encoder-tp-mode data). NVFP4 adds C(--quantization modelopt_fp4), C(--moe-backend) and
     C(--disable-custom-all-reduce); INT4 has no C(--quantization) (compressed-tensors is auto-detected).
-  - Invalid combinations fail with the field name and the allowed values, for example C(nvfp4) on C(sglang).
+  - Refusals (bad values, invalid combinations such as C(nvfp4) on C(sglang), extra arguments that repeat a flag
+    the collection manages or that the pinned engine does not have) come from the one validator, the
+    C(kimi.deploy.deployment) filter's resolver, with the variable name and the allowed values.
 options:
   _input:
     description:
-      - The deployment dict (the C(kimi_deployment) fact, or a dict with the same keys).
-      - Keys C(quant) and C(engine) are required; C(kv_cache_dtype), C(moe_backend), C(tp), C(host), C(port),
-        C(served_model_name), C(context_length), C(mem_fraction), C(extra_args), C(model) are optional.
+      - A resolved deployment (the C(kimi_deployment) fact, or any result of the C(kimi.deploy.deployment) filter):
+        its C(argv) is returned as it is.
+      - Or deployment inputs, the keys the C(kimi.deploy.deployment) filter takes (C(quant) and C(engine) required;
+        C(kv_cache_dtype), C(moe_backend), C(tp), C(host), C(port), C(served_model_name), C(context_length),
+        C(mem_fraction), C(extra_args) optional). They are resolved without GPU facts and without a pinned
+        revision (tensor parallel 8 unless C(tp) is given) and the command of that deployment is returned.
     type: dict
     required: true
 """
@@ -50,12 +55,14 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kimi.deploy.plugins.module_utils._deployment import DeploymentError, engine_argv
+from ansible_collections.kimi.deploy.plugins.module_utils._deployment import DeploymentError, resolve
 
 
 def engine_flags_filter(deployment):
     try:
-        return engine_argv(deployment)
+        if isinstance(deployment, dict) and "argv" in deployment:
+            return list(deployment["argv"])
+        return resolve(deployment, gpus=[], require_revision=False)["argv"]
     except DeploymentError as exc:
         raise AnsibleFilterError("kimi.deploy.engine_flags: %s" % exc)
 

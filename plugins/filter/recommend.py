@@ -17,12 +17,14 @@ description:
     on C(vllm) with the C(flashinfer_cutedsl) MoE backend (marked unverified); Hopper, Ada and Ampere get
     C(int4) on C(vllm).
   - O(_input) is judged by its weakest GPU. C(fits) is false, with the numbers, when the VRAM pool cannot hold the
-    ~595 GB checkpoint plus KV headroom (an estimate calibrated on the reference host's measurements).
+    ~595 GB checkpoint plus KV headroom (an estimate calibrated on the reference host's measurements) with the
+    recommended settings (every GPU in one tensor-parallel group, the engine's default memory knob). The
+    C(kimi.deploy.deployment) filter gives the same verdict, from the same function, for the settings chosen.
 options:
   _input:
     description:
       - List of GPUs, each a dict with at least C(name), C(compute_cap) (like C("12.0")) and C(memory_mib).
-      - The C(kimi_gpus) fact of M(kimi.deploy.gpu_facts) has this shape.
+      - The C(nvidia_gpus) fact of M(kimi.deploy.gpu_facts) has this shape.
     type: list
     elements: dict
     required: true
@@ -35,11 +37,11 @@ options:
 EXAMPLES = r"""
 - name: Recommend a deployment for the GPUs found on the host
   ansible.builtin.debug:
-    msg: "{{ kimi_gpus | kimi.deploy.recommend }}"
+    msg: "{{ ansible_facts.nvidia_gpus | kimi.deploy.recommend }}"
 
 - name: Print only the reasons
   ansible.builtin.debug:
-    msg: "{{ (kimi_gpus | kimi.deploy.recommend).reasons }}"
+    msg: "{{ (ansible_facts.nvidia_gpus | kimi.deploy.recommend).reasons }}"
 """
 
 RETURN = r"""
@@ -65,6 +67,21 @@ _value:
     kv_tokens:
       description: Estimated KV-cache tokens per engine instance with the recommended settings.
       type: int
+    fit_reason:
+      description: The fit verdict as a sentence with the numbers (the last of C(reasons) when GPUs were given).
+      type: str
+    gpu_count:
+      description: Number of GPUs.
+      type: int
+    vram_total_mib:
+      description: Sum of the GPUs' memory in MiB.
+      type: int
+    arch:
+      description: Architecture family of the weakest GPU, null without GPUs.
+      type: str
+    sm:
+      description: The weakest GPU's compute capability as an sm string, null without GPUs.
+      type: str
     reasons:
       description: Human sentences explaining the choice and the fit verdict.
       type: list

@@ -6,6 +6,12 @@
 Private to kimi.deploy (underscore module). The filter plugins, the plan playbook, the roles and the
 tests all go through this module; nothing else derives checkpoints, images, menus or engine flags.
 
+Where each rule lives: resolve() is the only validator of deployment inputs (with _check_* helpers that only
+it calls); fit() is the one VRAM verdict (recommend() and resolve() both use it); ENGINE_ARGS declares each
+engine flag once, engine_argv() renders a resolved deployment from it and the managed set is derived from it;
+_check_extra() reads kimi_engine_extra_args the way the pinned parser would (_engine_options, generated from the
+parser dumps). The GPU summary comes from _gpu.summarize_gpus, the revision rule from _validate.check_revision.
+
 Sources: the field-tested sm_120 runbook (8x RTX PRO 6000 Blackwell) and the engine parsers of the
 pinned versions (tests/fixtures/engine_flags/*.json). Numbers that come from measurements say so.
 """
@@ -14,7 +20,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import itertools
 import re
+
+from ansible_collections.kimi.deploy.plugins.module_utils._engine_options import ENGINE_OPTIONS
+from ansible_collections.kimi.deploy.plugins.module_utils._gpu import GpuListError, summarize_gpus
+from ansible_collections.kimi.deploy.plugins.module_utils._validate import ValueRuleError, check_revision, full_match
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
@@ -46,7 +57,7 @@ VARIABLES = {
     "served_model_name": "kimi_served_model_name",
     "extra_args": "kimi_engine_extra_args",
     "revision": "kimi_<quant>_revision",
-    "image": "kimi_image",
+    "image": "kimi_engine_image",
 }
 
 CHECKPOINTS = {
@@ -125,20 +136,15 @@ KV_ELEMENT = {"auto": "bf16", "bf16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8", "
 REPLICATED_WEIGHT_BYTES = 4.7 * GB
 RUNTIME_RESERVE_BYTES = {"sglang": 0.0, "vllm": 7.65 * GB}
 MIN_KV_TOKENS = 65536  # below this the pool cannot serve a useful request: "does not fit"
+# What a too-small pool is told to use instead (per-GPU memory that holds the checkpoint at 8-way TP).
+FITTING_POOLS = "8 x 96 GB (RTX PRO 6000 Blackwell), 8 x 141 GB (H200) or 8 x 180 GB (B200)"
 
-# Compute capability -> architecture family and recommendation.
-ARCH_FAMILIES = (
-    # (min cc, max cc (exclusive), family, human name)
-    (12.0, 13.0, "blackwell-rtx", "Blackwell RTX PRO / GeForce"),
-    (10.0, 11.0, "blackwell-dc", "datacenter Blackwell (B200/B300)"),
-    (9.0, 10.0, "hopper", "Hopper"),
-    (8.9, 9.0, "ada", "Ada Lovelace"),
-    (8.0, 8.9, "ampere", "Ampere"),
-)
-
-SHA_RE = re.compile(r"^[0-9a-f]{40}$")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
-HOST_RE = re.compile(r"^[A-Za-z0-9.:\[\]-]+$")
+# Values checked with full-match semantics (no trailing newline slips through).
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+HOST_RE = re.compile(r"[A-Za-z0-9.:\[\]-]{1,253}")
+IMAGE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")
+NEGATIVE_NUMBER_RE = re.compile(r"-\d+|-\d*\.\d+")  # argparse reads these as values, not options
+OPTION_RE = re.compile(r"(-[^=\s]*)(?:(=)|\s+)?(.*)", re.S)  # option, then "=value" or " value" (one string)
 
 
 def _var(field):
@@ -154,79 +160,93 @@ def _fail(field, value, allowed, why=None):
     raise DeploymentError(msg)
 
 
-# ---------------------------------------------------------------------------------------------------
-# Hardware
-# ---------------------------------------------------------------------------------------------------
-
-def _cc(gpu, position):
-    raw = gpu.get("compute_cap")
+def _summary(gpus):
+    """_gpu.summarize_gpus (the one summary shape), its errors as DeploymentError."""
     try:
-        return float(str(raw).strip())
-    except (TypeError, ValueError):
-        raise DeploymentError("GPU %s has no usable compute_cap (got %r; expected like '12.0')" % (position, raw))
+        return summarize_gpus(gpus)
+    except GpuListError as exc:
+        raise DeploymentError(str(exc))
 
 
-def _memory_mib(gpu, position):
-    raw = gpu.get("memory_mib")
-    try:
-        value = int(str(raw).split()[0])
-    except (TypeError, ValueError, IndexError):
-        raise DeploymentError("GPU %s has no usable memory_mib (got %r; expected an integer MiB)" % (position, raw))
-    if value <= 0:
-        raise DeploymentError("GPU %s has no usable memory_mib (got %r)" % (position, raw))
-    return value
-
-
-def arch_of(compute_cap):
-    """Family name and sm string for a compute capability such as 12.0."""
-    for low, high, family, human in ARCH_FAMILIES:
-        if low <= compute_cap < high:
-            break
-    else:
-        family, human = "unsupported", "pre-Ampere or unknown"
-    major = int(compute_cap)
-    minor = int(round((compute_cap - major) * 10))
-    return {"family": family, "name": human, "sm": "sm_%d%d" % (major, minor)}
-
-
-def summarize_gpus(gpus):
-    """Reduce a GPU list to what the rules need. A mixed pool is judged by its weakest GPU."""
-    if gpus is None:
-        gpus = []
-    if not isinstance(gpus, (list, tuple)):
-        raise DeploymentError("GPU list must be a list of dicts with name, compute_cap and memory_mib, got %s"
-                              % type(gpus).__name__)
-    entries = []
-    for position, gpu in enumerate(gpus):
-        if not isinstance(gpu, dict):
-            raise DeploymentError("GPU %d must be a dict with name, compute_cap and memory_mib, got %r"
-                                  % (position, gpu))
-        label = gpu.get("index", position)
-        entries.append((str(gpu.get("name", "unknown GPU")), _cc(gpu, label), _memory_mib(gpu, label)))
-    if not entries:
-        return {"count": 0, "models": [], "min_compute_cap": None, "min_memory_mib": 0, "pool_mib": 0,
-                "arch": None, "homogeneous": True}
-    min_cc = min(e[1] for e in entries)
-    models = sorted(set(e[0] for e in entries))
-    return {
-        "count": len(entries),
-        "models": models,
-        "min_compute_cap": min_cc,
-        "min_memory_mib": min(e[2] for e in entries),
-        "pool_mib": sum(e[2] for e in entries),
-        "arch": arch_of(min_cc),
-        "homogeneous": len(models) == 1 and len(set(e[1] for e in entries)) == 1,
-    }
-
+# ---------------------------------------------------------------------------------------------------
+# The VRAM fit: one verdict, from the settings actually chosen
+# ---------------------------------------------------------------------------------------------------
 
 def kv_capacity_tokens(quant, engine, kv_cache_dtype, mem_fraction, gpu_memory_mib, tp):
     """Estimated KV-cache tokens per engine instance (an estimate, calibrated on the runbook)."""
-    usable = gpu_memory_mib * MIB * mem_fraction
-    weights_per_gpu = CHECKPOINTS[quant]["weights_bytes"] / float(tp) + REPLICATED_WEIGHT_BYTES
-    free = usable - weights_per_gpu - RUNTIME_RESERVE_BYTES[engine]
+    free = gpu_memory_mib * MIB * mem_fraction - _weights_per_gpu(quant, tp) - RUNTIME_RESERVE_BYTES[engine]
     if free <= 0:
         return 0
     return int(free // KV_BYTES_PER_TOKEN[KV_ELEMENT[kv_cache_dtype]])
+
+
+def _weights_per_gpu(quant, tp):
+    return CHECKPOINTS[quant]["weights_bytes"] / float(tp) + REPLICATED_WEIGHT_BYTES
+
+
+def _gb(count):
+    return count / float(GB)
+
+
+def _what_would_fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens):
+    """The smallest change of the user's own settings (tp, memory knob, KV dtype) that fits, as a sentence."""
+    changes = []
+    wider = [t for t in (2, 4, 8, 16, 32, 64) if tp < t <= gpus["count"]]
+    if wider:
+        changes.append(("tp", wider[-1]))
+    if mem_fraction < MEMORY_KNOBS[engine]["max"]:
+        changes.append(("mem_fraction", MEMORY_KNOBS[engine]["max"]))
+    fp8 = KV_MENUS[(quant, engine)][0]
+    if KV_ELEMENT[kv_cache_dtype] != KV_ELEMENT[fp8]:
+        changes.append(("kv_cache_dtype", fp8))
+    for size in range(1, len(changes) + 1):
+        for combo in itertools.combinations(changes, size):
+            settings = {"tp": tp, "mem_fraction": mem_fraction, "kv_cache_dtype": kv_cache_dtype}
+            settings.update(combo)
+            tokens = kv_capacity_tokens(quant, engine, settings["kv_cache_dtype"], settings["mem_fraction"],
+                                        gpus["vram_min_mib"], settings["tp"])
+            if tokens >= min_kv_tokens:
+                return "With %s it would fit (~%dK KV tokens)." % (
+                    " and ".join("%s=%s" % (_var(field), value) for field, value in combo), tokens // 1024)
+    return "Use more or larger GPUs, e.g. %s." % FITTING_POOLS
+
+
+def fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens=MIN_KV_TOKENS):
+    """Can `gpus` (a summarize_gpus summary) serve the `quant` checkpoint on `engine` with these settings?
+
+    The one VRAM verdict of the collection: {"fits": bool, "kv_tokens": int, "reason": a sentence with the
+    numbers (GPUs, per-GPU share of the weights, KV tokens against the minimum, and what would fit)}.
+    A mixed pool is judged by its smallest GPU.
+    """
+    checkpoint = CHECKPOINTS[quant]
+    if not gpus["count"]:
+        return {"fits": False, "kv_tokens": 0, "reason": "Does not fit: no NVIDIA GPU was found."}
+    what = "%d x %s" % (gpus["count"], ", ".join(gpus["models"]))
+    if gpus["arch"] == "unsupported":
+        return {"fits": False, "kv_tokens": 0, "reason": (
+            "Does not fit: %s (%s) is older than Ampere; the INT4 and NVFP4 MoE kernels need sm_80 or newer."
+            % (what, gpus["sm"]))}
+    knob = MEMORY_KNOBS[engine]["flag"]
+    tokens = kv_capacity_tokens(quant, engine, kv_cache_dtype, mem_fraction, gpus["vram_min_mib"], tp)
+    share = _weights_per_gpu(quant, tp)
+    usable = gpus["vram_min_mib"] * MIB * mem_fraction
+    numbers = (tp, what, gpus["vram_min_mib"], _gb(gpus["vram_total_mib"] * MIB), _gb(share),
+               _gb(checkpoint["weights_bytes"]), quant, checkpoint["repo_id"], _gb(usable), engine, knob,
+               _fmt(mem_fraction))
+    setting = ("tensor parallel %d on %s with %d MiB each (%.0f GB in all): each GPU %s ~%.0f GB of the ~%.0f GB "
+               "%s checkpoint (%s) in the ~%.0f GB that %s %s %s gives it")
+    if tokens >= min_kv_tokens:
+        return {"fits": True, "kv_tokens": tokens, "reason": (
+            "Fits: " + setting % (numbers[:4] + ("holds",) + numbers[4:])
+            + ", leaving room for ~%dK KV tokens per replica with %s KV (at least %dK needed; estimate)."
+            % (tokens // 1024, kv_cache_dtype, min_kv_tokens // 1024))}
+    needed = (share + RUNTIME_RESERVE_BYTES[engine] + min_kv_tokens * KV_BYTES_PER_TOKEN[KV_ELEMENT[kv_cache_dtype]])
+    return {"fits": False, "kv_tokens": tokens, "reason": (
+        "Does not fit: " + setting % (numbers[:4] + ("would hold",) + numbers[4:])
+        + ", leaving room for %dK KV tokens with %s KV (estimate), below the %dK minimum. It needs about %.0f GB "
+        "per GPU at tensor parallel %d. %s"
+        % (tokens // 1024, kv_cache_dtype, min_kv_tokens // 1024, _gb(needed / mem_fraction), tp,
+           _what_would_fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens)))}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -235,88 +255,78 @@ def kv_capacity_tokens(quant, engine, kv_cache_dtype, mem_fraction, gpu_memory_m
 
 def _recommended_identity(summary):
     """(quant, engine, moe_backend, why) for a GPU summary; None family -> no GPU."""
-    family = summary["arch"]["family"] if summary["arch"] else None
+    family = summary["arch"]
     if family == "blackwell-rtx":
         return ("int4", "sglang", None, [
             "%s (sm_120): INT4 QAT is the official checkpoint, verified on both engines with stock images; "
             "NVFP4 buys no throughput on a PCIe-only box (Marlin of INT4 ~= Marlin of NVFP4; native FP4 measured "
-            "~12%% slower) and needs a patched CUDA-13 image." % summary["arch"]["name"],
+            "~12%% slower) and needs a patched CUDA-13 image." % summary["arch_name"],
             "SGLang over vLLM on sm_120: faster at every concurrency (+34% at c1, +29% at c128) and serves the "
             "full 256K context at --mem-fraction-static 0.85.",
         ])
     if family == "blackwell-dc":
         return ("nvfp4", "vllm", "flashinfer_cutedsl", [
             "%s (%s): NVFP4 uses the native FP4 tensor cores through FlashInfer CuTe-DSL (the tuned upstream "
-            "path; unverified by this collection's reference runs)." % (summary["arch"]["name"], summary["arch"]["sm"]),
+            "path; unverified by this collection's reference runs)." % (summary["arch_name"], summary["sm"]),
             "NVFP4 is vLLM-only (SGLang NVFP4 produces NaN, sgl-project/sglang#18954).",
         ])
     if family in ("hopper", "ada", "ampere"):
         return ("int4", "vllm", None, [
             "%s (%s) has no FP4 tensor cores: NVFP4 would only dequantize, so INT4 QAT (Marlin) is the pick."
-            % (summary["arch"]["name"], summary["arch"]["sm"]),
+            % (summary["arch_name"], summary["sm"]),
             "vLLM on non-sm_120 hardware: the model card's primary path, precompiled kernels, no JIT dependency.",
         ])
     if family == "unsupported":
         return ("int4", "vllm", None, [
             "%s (%s) is older than Ampere: the INT4 Marlin MoE kernels need sm_80 or newer."
-            % (summary["arch"]["name"], summary["arch"]["sm"]),
+            % (summary["arch_name"], summary["sm"]),
         ])
     return ("int4", "vllm", None, ["No NVIDIA GPU was found: nothing can serve the model on this host."])
 
 
+def _advice(summary):
+    """The recommended identity and why, with the mixed-pool note."""
+    quant, engine, moe_backend, why = _recommended_identity(summary)
+    why = list(why)
+    if summary["count"] and not summary["homogeneous"]:
+        why.append("Mixed GPUs (%s): judged by the weakest one." % ", ".join(summary["models"]))
+    return {"quant": quant, "engine": engine, "kv_cache_dtype": KV_MENUS[(quant, engine)][0],
+            "moe_backend": moe_backend, "why": why}
+
+
+def _kv_note(kv):
+    return "KV cache %s: %s." % (kv, KV_NOTES[kv])
+
+
 def recommend(gpus, min_kv_tokens=MIN_KV_TOKENS):
-    """Recommend quant, engine, KV dtype and MoE backend for a GPU list, with reasons and a fit verdict."""
-    summary = summarize_gpus(gpus)
-    quant, engine, moe_backend, reasons = _recommended_identity(summary)
-    kv = KV_MENUS[(quant, engine)][0]
-    result = {
+    """Recommend quant, engine, KV dtype and MoE backend for a GPU list, with reasons and the fit verdict of
+    those recommended settings (fit(), all GPUs in one tensor-parallel group, the engine's default knob)."""
+    summary = _summary(gpus)
+    advice = _advice(summary)
+    quant, engine, kv = advice["quant"], advice["engine"], advice["kv_cache_dtype"]
+    verdict = fit(quant, engine, kv, MEMORY_KNOBS[engine]["default"], max(summary["count"], 1), summary,
+                  min_kv_tokens)
+    reasons = list(advice["why"])
+    if summary["count"]:
+        reasons += [_kv_note(kv), verdict["reason"]]
+    return {
         "quant": quant,
         "engine": engine,
         "kv_cache_dtype": kv,
-        "moe_backend": moe_backend,
-        "fits": False,
-        "kv_tokens": 0,
+        "moe_backend": advice["moe_backend"],
+        "fits": verdict["fits"],
+        "kv_tokens": verdict["kv_tokens"],
+        "fit_reason": verdict["reason"],
         "gpu_count": summary["count"],
-        "vram_pool_mib": summary["pool_mib"],
-        "arch": summary["arch"]["family"] if summary["arch"] else None,
-        "sm": summary["arch"]["sm"] if summary["arch"] else None,
-        "reasons": list(reasons),
+        "vram_total_mib": summary["vram_total_mib"],
+        "arch": summary["arch"],
+        "sm": summary["sm"],
+        "reasons": reasons,
     }
-    if not summary["count"]:
-        return result
-    if not summary["homogeneous"]:
-        result["reasons"].append("Mixed GPUs (%s): judged by the weakest one." % ", ".join(summary["models"]))
-    result["reasons"].append("KV cache %s: %s." % (kv, KV_NOTES[kv]))
-    if summary["arch"]["family"] == "unsupported":
-        return result
-
-    tp = summary["count"]
-    knob = MEMORY_KNOBS[engine]["default"]
-    weights = CHECKPOINTS[quant]["weights_bytes"]
-    tokens = kv_capacity_tokens(quant, engine, kv, knob, summary["min_memory_mib"], tp)
-    result["kv_tokens"] = tokens
-    pool_gb = summary["pool_mib"] * MIB / float(GB)
-    if tokens >= min_kv_tokens:
-        result["fits"] = True
-        result["reasons"].append(
-            "Fits: %d x %d MiB = %.0f GB of VRAM holds the ~%.0f GB %s checkpoint with room for ~%dK KV tokens "
-            "per replica (%s %s, estimate)." % (summary["count"], summary["min_memory_mib"], pool_gb,
-                                                weights / float(GB), quant, tokens // 1024, engine, knob))
-    else:
-        per_gpu_needed = (weights / float(tp) + REPLICATED_WEIGHT_BYTES + RUNTIME_RESERVE_BYTES[engine]
-                          + min_kv_tokens * KV_BYTES_PER_TOKEN[KV_ELEMENT[kv]]) / knob
-        result["reasons"].append(
-            "Does not fit: %d x %s with %d MiB each (%.0f GB pool) cannot hold the ~%.0f GB %s checkpoint plus "
-            "%dK tokens of KV cache at %s %s (estimate: %dK tokens). It needs about %.0f GB per GPU at this GPU "
-            "count, e.g. 8 x 96 GB (RTX PRO 6000 Blackwell), 8 x 141 GB (H200) or 8 x 180 GB (B200)."
-            % (summary["count"], ", ".join(summary["models"]), summary["min_memory_mib"], pool_gb,
-               weights / float(GB), quant, min_kv_tokens // 1024, engine, knob, tokens // 1024,
-               per_gpu_needed / GB))
-    return result
 
 
 # ---------------------------------------------------------------------------------------------------
-# Resolution: inputs (+ optional GPUs) -> one deployment dict
+# Resolution: inputs (+ optional GPUs) -> one deployment dict. The only validator of deployment inputs.
 # ---------------------------------------------------------------------------------------------------
 
 def _is_unset(value):
@@ -330,15 +340,27 @@ def _check_choice(field, value, allowed, why=None):
 
 
 def _check_int(field, value, low, high):
+    allowed = ["an integer from %d to %d" % (low, high)]
     if isinstance(value, bool):
-        _fail(field, value, ["an integer from %d to %d" % (low, high)])
+        _fail(field, value, allowed)
     try:
-        number = int(str(value))
+        number = int(str(value).strip())
     except (TypeError, ValueError):
-        _fail(field, value, ["an integer from %d to %d" % (low, high)])
+        _fail(field, value, allowed)
     if not low <= number <= high:
-        _fail(field, value, ["an integer from %d to %d" % (low, high)])
+        _fail(field, value, allowed)
     return number
+
+
+def _check_text(field, value, pattern, allowed, default):
+    """A string setting matched in full (a trailing newline is refused); unset -> default."""
+    if _is_unset(value):
+        return default
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not full_match(pattern, value):
+        _fail(field, value, allowed)
+    return value
 
 
 def _check_kv(identity, kv):
@@ -364,8 +386,10 @@ def _check_mem(engine, mem):
     """The engine's own memory knob (they are different knobs); unset -> its measured working value."""
     knob = MEMORY_KNOBS[engine]
     allowed = ["a number in (0, %s] for %s" % (knob["max"], knob["flag"])]
-    if mem in (None, "", "auto"):
+    if _is_unset(mem):
         return knob["default"]
+    if isinstance(mem, bool):
+        _fail("mem_fraction", mem, allowed)
     try:
         mem = float(mem)
     except (TypeError, ValueError):
@@ -375,18 +399,6 @@ def _check_mem(engine, mem):
                "the server" if engine == "sglang" else "vLLM's --gpu-memory-utilization caps the whole footprint")
         _fail("mem_fraction", mem, allowed, why)
     return mem
-
-
-def _check_extra(engine, extra):
-    """Extra engine arguments: a list of strings that does not repeat a flag the collection manages."""
-    extra = extra or []
-    if isinstance(extra, str) or not isinstance(extra, (list, tuple)) or not all(isinstance(a, str) for a in extra):
-        _fail("extra_args", extra, ["a list of strings, e.g. ['--max-running-requests', '64']"])
-    for arg in extra:
-        flag = arg.split("=", 1)[0]
-        if flag in MANAGED_FLAGS[engine]:
-            _fail("extra_args", arg, None, "%s is set by the collection; use its variable instead" % flag)
-    return list(extra)
 
 
 def _check_identity(quant, engine):
@@ -399,20 +411,124 @@ def _check_identity(quant, engine):
             "Allowed pairs: int4+sglang, int4+vllm, nvfp4+vllm")
 
 
-def check_revision(quant, revision):
-    """A pinned 40-hex commit, or an error that says how to look it up."""
+def _check_revision(quant, revisions, require_revision, warnings):
+    """The checkpoint's pinned commit (_validate.check_revision, the one revision rule); None in preview mode."""
     checkpoint = CHECKPOINTS[quant]
-    variable = checkpoint["revision_variable"]
-    lookup = ("Look it up with: curl -s https://huggingface.co/api/models/%s/revision/main | "
-              "python3 -c 'import json,sys; print(json.load(sys.stdin)[\"sha\"])'  (or the commit list on the "
-              "model page), then set %s in your inventory." % (checkpoint["repo_id"], variable))
-    if revision is None or str(revision).strip() == "":
-        raise DeploymentError("%s is not set: the %s checkpoint (%s) must be pinned to a 40-hex commit sha; there "
-                              "is no safe default. %s" % (variable, quant, checkpoint["repo_id"], lookup))
-    if not SHA_RE.match(str(revision)):
-        raise DeploymentError("%s=%r is not a 40-hex commit sha (branches and tags move; a deployment must not). "
-                              "%s" % (variable, revision, lookup))
-    return str(revision)
+    if revisions is None:
+        revisions = {}
+    if not isinstance(revisions, dict):
+        _fail("revisions", revisions, ["a dict {int4: <sha>, nvfp4: <sha>}"])
+    revision = revisions.get(quant)
+    if not require_revision and (revision is None or (isinstance(revision, str) and revision.strip() == "")):
+        warnings.append("%s is not set: site.yml will refuse to run until the checkpoint is pinned to a commit."
+                        % checkpoint["revision_variable"])
+        return None
+    try:
+        return check_revision(revision, checkpoint["repo_id"], checkpoint["revision_variable"])
+    except ValueRuleError as exc:
+        raise DeploymentError(str(exc))
+
+
+def _option_index(engine):
+    """Every option string of the pinned `engine` -> (dest, values) (see _engine_options)."""
+    index = {}
+    for dest, entry in ENGINE_OPTIONS[engine]["dests"].items():
+        for option in entry[1:]:
+            index[option] = (dest, entry[0])
+    return index
+
+
+def _looks_like_value(text):
+    return not text.startswith("-") or text == "-" or full_match(NEGATIVE_NUMBER_RE, text)
+
+
+def _extra_option(engine, name, spelling):
+    """An option as written in kimi_engine_extra_args -> (dest, values, implied value or None, refusal or None),
+    the way the pinned parser reads it: exact names (no prefix abbreviations), aliases and short options,
+    vLLM's --foo_bar and --opt.key spellings and -O<n>. Refuses unknown options, naming the engine version.
+    The refusal is for a spelling the engine would refuse although its dest is known (SGLang's --foo_bar):
+    _check_extra raises it unless the dest is managed, which it reports first."""
+    table = ENGINE_OPTIONS[engine]
+    index = OPTION_INDEX[engine]
+    version = "%s %s" % (engine, table["version"])
+    given = name
+    if name.startswith("--") and table["underscores"]:
+        base, dot, key = name.partition(".")
+        name = base.replace("_", "-") + dot + key  # FlexibleArgumentParser rewrites the name before any dot
+    if name in index:
+        return index[name] + (None, None)
+    if table["optimization_level"] and re.match(r"-O\d+$", name):
+        return index[table["optimization_level"]] + (name[2:], None)
+    if table["optimization_level"] and name == "-O":
+        return index[table["optimization_level"]] + (None, None)
+    base, dot, key = name.partition(".")
+    if dot and base in table["dotted"]:
+        if not re.match(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*\+?$", key):
+            _fail("extra_args", spelling, None, "%s takes --%s.KEY VALUE with a dotted key of letters, digits "
+                  "and _" % (version, base.lstrip("-")))
+        return index[base][0], 1, None, None
+    dashed = name.replace("_", "-")
+    if name.startswith("--") and dashed in index:
+        return index[dashed] + (None, "%s does not accept underscores in option names (plain argparse): write %s"
+                                % (version, dashed))
+    why = "%s is not an option of %s, the pinned engine version" % (
+        given if given == name else "%s (read as %s)" % (given, name), version)
+    prefixed = sorted(o for o in index if o.startswith(name)) if name.startswith("--") and len(name) > 2 else []
+    if prefixed:
+        why += " (argparse would take it as an abbreviation of %s; kimi.deploy requires full option names)" % (
+            " or ".join(prefixed[:3]))
+    _fail("extra_args", spelling, None, why)
+
+
+def _check_extra(engine, extra):
+    """kimi_engine_extra_args, read the way the pinned parser reads argv, returned as argv elements.
+
+    Elements are `--flag`, `--flag=value`, `--flag value` as one string (split on the first whitespace), a flag
+    followed by its values as separate elements, aliases and short options (`-tp 4`), vLLM's underscore, dotted
+    and -O<n> spellings. Refused: an option whose dest the collection manages (any spelling), an option the
+    pinned engine does not have, a value for a switch, a missing value, a value that follows no option.
+    """
+    extra = [] if extra is None or extra == "" else extra
+    if isinstance(extra, str) or not isinstance(extra, (list, tuple)) or not all(isinstance(a, str) for a in extra):
+        _fail("extra_args", extra, ["a list of strings, e.g. ['--max-running-requests', '64']"])
+    elements = [element.strip() for element in extra]
+    argv = []
+    position = 0
+    while position < len(elements):
+        spelling = elements[position]
+        position += 1
+        if _looks_like_value(spelling):
+            _fail("extra_args", spelling, None, "it is not an option and follows no option that takes a value "
+                  "(give options as '--flag', '--flag=value', '--flag value' or '--flag', 'value')")
+        name, equals, rest = OPTION_RE.match(spelling).groups()
+        dest, values, implied, refusal = _extra_option(engine, name, spelling)
+        if dest in MANAGED[engine]:  # the managed-flag rule: by dest, so every spelling of a managed flag
+            arg = MANAGED[engine][dest]
+            instead = ("use %s instead" % _var(arg.field)) if arg.field else "the collection fixes it for Kimi-K2.6"
+            _fail("extra_args", spelling, None, "%s is set by the collection (%s's %s, emitted as %s); %s"
+                  % (name, engine, dest, "the model argument" if arg.positional else arg.option, instead))
+        if refusal:
+            _fail("extra_args", spelling, None, refusal)
+        given = [rest.strip()] if equals or rest.strip() else []
+        if implied is not None:  # -O3
+            if given:
+                _fail("extra_args", spelling, None, "%s already carries its value" % name)
+            given = [implied]
+        if values == 0:
+            if given:
+                _fail("extra_args", spelling, None, "%s is a switch and takes no value" % name)
+            argv.append(spelling)
+            continue
+        if not given:
+            limit = 1 if values in (1, "?") else len(elements)
+            while position < len(elements) and len(given) < limit and _looks_like_value(elements[position]):
+                given.append(elements[position])
+                position += 1
+        if not given and values in (1, "+"):
+            _fail("extra_args", spelling, None, "%s needs a value, e.g. '%s=VALUE' or '%s', 'VALUE'"
+                  % (name, name, name))
+        argv.extend([spelling] if equals or implied is not None else [name] + given)
+    return argv
 
 
 def resolve(inputs, gpus=None, require_revision=True):
@@ -420,6 +536,8 @@ def resolve(inputs, gpus=None, require_revision=True):
 
     inputs: quant, engine, kv_cache_dtype, moe_backend, context_length, mem_fraction, tp, host, port,
     served_model_name, extra_args, revisions ({quant: sha}), image, min_kv_tokens. Missing -> derived.
+    The one validator of these inputs: a bad one raises DeploymentError naming its variable. A GPU pool that
+    cannot hold the deployment does not raise: hardware.fits is false and hardware.fit_reason says why.
     """
     if inputs is None:
         inputs = {}
@@ -429,16 +547,15 @@ def resolve(inputs, gpus=None, require_revision=True):
     engine = "auto" if _is_unset(inputs.get("engine")) else str(inputs["engine"]).strip().lower()
     _check_identity(quant, engine)
 
-    have_gpus = bool(gpus)
-    advice = recommend(gpus, min_kv_tokens=int(inputs.get("min_kv_tokens") or MIN_KV_TOKENS)) if have_gpus else None
+    summary = _summary(gpus) if gpus else None
+    advice = _advice(summary) if summary else None
     reasons = []
     if quant == "auto" or engine == "auto":
-        if not have_gpus:
+        if not summary:
             raise DeploymentError(
                 "quant=%s engine=%s needs GPU facts to recommend from, and none were given. Set quant (int4, nvfp4) "
                 "and engine (sglang, vllm), or run against a GPU host (or pass -e @tests/fixtures/gpus/<profile>.json)."
                 % (quant, engine))
-        family = advice["arch"]
         if quant == "auto":
             quant = "int4" if engine == "sglang" else advice["quant"]
             reasons.append("quant=%s: %s" % (quant, "SGLang serves INT4 only (its NVFP4 path gives NaN on sm_120)."
@@ -447,26 +564,28 @@ def resolve(inputs, gpus=None, require_revision=True):
             if quant == advice["quant"]:
                 engine = advice["engine"]
             else:  # the user picked the other quant: NVFP4 is vLLM-only; INT4 prefers SGLang on sm_120 only
-                engine = "sglang" if quant == "int4" and family == "blackwell-rtx" else "vllm"
+                engine = "sglang" if quant == "int4" and summary["arch"] == "blackwell-rtx" else "vllm"
             reasons.append("engine=%s: %s" % (engine, "NVFP4 is vLLM-only." if quant == "nvfp4"
                                               else "recommended for this hardware."))
-        reasons.extend(advice["reasons"])
+        reasons.extend(advice["why"])
+        auto = True
     else:
+        auto = False
         reasons.append("quant=%s engine=%s: set by the user." % (quant, engine))
         if advice and (advice["quant"], advice["engine"]) != (quant, engine):
             reasons.append("Note: for this hardware the collection would recommend quant=%s engine=%s (%s)"
-                           % (advice["quant"], advice["engine"], advice["reasons"][0]))
+                           % (advice["quant"], advice["engine"], advice["why"][0]))
     identity = (quant, engine)
-    summary = summarize_gpus(gpus) if have_gpus else None
-    family = summary["arch"]["family"] if summary else None
 
     kv = _check_kv(identity, inputs.get("kv_cache_dtype"))
-    moe = _check_moe(quant, inputs.get("moe_backend"), family)
+    if auto:
+        reasons.append(_kv_note(kv))
+    moe = _check_moe(quant, inputs.get("moe_backend"), summary["arch"] if summary else None)
 
     # Tensor parallel: every GPU of the host by default.
     tp = inputs.get("tp")
-    if tp in (None, "", "auto"):
-        if not have_gpus:
+    if _is_unset(tp):
+        if not summary:
             tp = 8
             reasons.append("tensor parallel 8: no GPU facts, assuming the 8-GPU reference pool.")
         else:
@@ -474,18 +593,22 @@ def resolve(inputs, gpus=None, require_revision=True):
     tp = _check_int("tp", tp, 1, 64)
     if tp & (tp - 1):
         _fail("tp", tp, [1, 2, 4, 8, 16, 32, 64], "MLA's 64 attention heads split over a power of two")
-    if have_gpus and tp > summary["count"]:
+    if summary and tp > summary["count"]:
         _fail("tp", tp, ["1..%d (GPUs found)" % summary["count"]], "more ranks than GPUs")
 
-    knob = MEMORY_KNOBS[engine]
     mem = _check_mem(engine, inputs.get("mem_fraction"))
+    min_kv = inputs.get("min_kv_tokens")
+    min_kv = MIN_KV_TOKENS if _is_unset(min_kv) else _check_int("min_kv_tokens", min_kv, 0, 64 * MAX_CONTEXT)
+
+    # The fit of the settings chosen (not the recommended ones).
+    verdict = fit(quant, engine, kv, mem, tp, summary, min_kv) if summary else None
+    kv_tokens = verdict["kv_tokens"] if verdict else None
+    if verdict:
+        reasons.append(verdict["reason"])
 
     # Context length: vLLM with bf16 KV tops out ~131K on 96 GB cards; 256K needs fp8 KV.
-    kv_tokens = None
-    if have_gpus:
-        kv_tokens = kv_capacity_tokens(quant, engine, kv, mem, summary["min_memory_mib"], tp)
     ctx = inputs.get("context_length")
-    if ctx in (None, "", "auto"):
+    if _is_unset(ctx):
         ctx = MAX_CONTEXT
         if engine == "vllm" and KV_ELEMENT[kv] == "bf16":
             ctx = 131072
@@ -494,11 +617,11 @@ def resolve(inputs, gpus=None, require_revision=True):
                 ctx //= 2
     ctx = _check_int("context_length", ctx, 4096, MAX_CONTEXT)
     warnings = []
-    # Only for a pool that fits: an unfit one is reported by the fit verdict (hardware.fits, with the GPUs found and
-    # what fits), which nvidia_host's preflight turns into the error; this message would only confuse it.
-    if engine == "vllm" and kv_tokens is not None and ctx > kv_tokens and advice["fits"]:
+    # Only for a pool that fits: an unfit one is reported by the fit verdict (hardware.fits and fit_reason, with the
+    # GPUs found and what fits), which site.yml's preflight turns into the error; this message would only confuse it.
+    if engine == "vllm" and verdict and verdict["fits"] and ctx > kv_tokens:
         values = (_var("context_length"), ctx, kv_tokens, _var("kv_cache_dtype"), kv, _var("mem_fraction"), mem,
-                  summary["count"], summary["min_memory_mib"], _var("mem_fraction"))
+                  summary["count"], summary["vram_min_mib"], _var("mem_fraction"))
         raise DeploymentError(
             "%s=%d is larger than the estimated KV cache (%d tokens with %s=%s, %s=%s on %d x %d MiB): vLLM "
             "refuses to start ('larger than the available KV cache memory'). Lower the context length, use "
@@ -508,26 +631,17 @@ def resolve(inputs, gpus=None, require_revision=True):
         warnings.append("context %d exceeds the estimated KV pool (%d tokens): one request that long would not fit; "
                         "kv_cache_dtype fp8_e4m3 doubles the pool." % (ctx, kv_tokens))
 
-    port = _check_int("port", inputs.get("port") or DEFAULT_PORT, 1, 65535)
-    host = str(inputs.get("host") or DEFAULT_HOST)
-    if not HOST_RE.match(host):
-        _fail("host", host, ["an IP address or host name, e.g. 0.0.0.0 or 127.0.0.1"])
-    name = str(inputs.get("served_model_name") or DEFAULT_SERVED_MODEL_NAME)
-    if not NAME_RE.match(name):
-        _fail("served_model_name", name, ["1-128 characters of letters, digits and . _ : / -"])
+    port = _check_int("port", DEFAULT_PORT if _is_unset(inputs.get("port")) else inputs["port"], 1, 65535)
+    host = _check_text("host", inputs.get("host"), HOST_RE, ["an IP address or host name, e.g. 0.0.0.0 or 127.0.0.1"],
+                       DEFAULT_HOST)
+    name = _check_text("served_model_name", inputs.get("served_model_name"), NAME_RE,
+                       ["1-128 characters of letters, digits and . _ : / -"], DEFAULT_SERVED_MODEL_NAME)
+    image = _check_text("image", inputs.get("image"), IMAGE_RE, ["an image reference, e.g. registry.local/vllm:1"],
+                        IMAGES[identity])
     extra = _check_extra(engine, inputs.get("extra_args"))
-
     checkpoint = CHECKPOINTS[quant]
-    revisions = inputs.get("revisions") or {}
-    revision = revisions.get(quant)
-    if require_revision or not (revision is None or str(revision).strip() == ""):
-        revision = check_revision(quant, revision)
-    else:
-        revision = None
-        warnings.append("%s is not set: site.yml will refuse to run until the checkpoint is pinned to a commit."
-                        % checkpoint["revision_variable"])
+    revision = _check_revision(quant, inputs.get("revisions"), require_revision, warnings)
 
-    image = inputs.get("image") or IMAGES[identity]
     deployment = {
         "identity": "%s-%s" % identity,
         "quant": quant,
@@ -538,6 +652,7 @@ def resolve(inputs, gpus=None, require_revision=True):
         "checkpoint": {
             "repo_id": checkpoint["repo_id"],
             "revision": revision,
+            "revision_variable": checkpoint["revision_variable"],
             "format": checkpoint["format"],
             "weights_bytes": checkpoint["weights_bytes"],
             "disk_bytes_required": DEFAULT_DISK_BYTES,
@@ -553,20 +668,22 @@ def resolve(inputs, gpus=None, require_revision=True):
         "served_model_name": name,
         "context_length": ctx,
         "mem_fraction": mem,
-        "memory_flag": knob["flag"],
-        "extra_args": list(extra),
+        "memory_flag": MEMORY_KNOBS[engine]["flag"],
+        "extra_args": extra,
         "hardware": None,
     }
     if summary:
         deployment["hardware"] = {
             "gpu_count": summary["count"],
             "models": summary["models"],
-            "arch": summary["arch"]["family"],
-            "sm": summary["arch"]["sm"],
-            "vram_pool_mib": summary["pool_mib"],
+            "arch": summary["arch"],
+            "sm": summary["sm"],
+            "vram_total_mib": summary["vram_total_mib"],
+            "vram_min_mib": summary["vram_min_mib"],
             "kv_tokens_estimate": kv_tokens,
-            "fits": advice["fits"],
-            "recommended": {k: advice[k] for k in ("quant", "engine", "kv_cache_dtype", "moe_backend")},
+            "fits": verdict["fits"],
+            "fit_reason": verdict["reason"],
+            "recommended": dict((k, advice[k]) for k in ("quant", "engine", "kv_cache_dtype", "moe_backend")),
         }
     deployment["argv"] = engine_argv(deployment)
     deployment["command"] = command_for(deployment)
@@ -574,90 +691,124 @@ def resolve(inputs, gpus=None, require_revision=True):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Engine command line
+# Engine command line: each flag declared once; argv and the managed set both come from ENGINE_ARGS
 # ---------------------------------------------------------------------------------------------------
 
-# Flags this module emits per engine, so a conflicting extra arg is refused instead of silently doubled.
-MANAGED_FLAGS = {
-    "sglang": ("--model-path", "--tp-size", "--trust-remote-code", "--host", "--port", "--served-model-name",
-               "--tool-call-parser", "--reasoning-parser", "--mem-fraction-static", "--kv-cache-dtype",
-               "--context-length", "--enable-metrics", "--quantization"),
-    "vllm": ("--tensor-parallel-size", "--trust-remote-code", "--host", "--port", "--served-model-name",
-             "--tool-call-parser", "--enable-auto-tool-choice", "--reasoning-parser", "--mm-encoder-tp-mode",
-             "--gpu-memory-utilization", "--kv-cache-dtype", "--max-model-len", "--quantization", "--moe-backend",
-             "--disable-custom-all-reduce"),
+class Arg:
+    """One engine flag the collection emits.
+
+    option:     the option string emitted (for a positional, the option with the same dest, e.g. vLLM's --model).
+    field:      the deployment key its value comes from, and so the variable (VARIABLES) a user sets instead;
+                None for what the collection fixes for Kimi-K2.6.
+    value:      a constant string, or a function of the deployment; default: the deployment's `field`;
+                neither value nor field: a switch.
+    when:       a function of the deployment: emit only when true (the dest is managed either way).
+    positional: emit the value alone (vLLM's `vllm serve <model>`).
+    """
+
+    def __init__(self, option, field=None, value=None, when=None, positional=False):
+        self.option = option
+        self.field = field
+        self.value = value
+        self.when = when
+        self.positional = positional
+
+    def render(self, deployment):
+        if self.when is not None and not self.when(deployment):
+            return []
+        if callable(self.value):
+            value = self.value(deployment)
+        elif self.value is not None:
+            value = self.value
+        elif self.field is not None:
+            value = _text(deployment[self.field])
+        else:
+            return [self.option]
+        return [value] if self.positional else [self.option, value]
+
+
+def _model(deployment):
+    return deployment["checkpoint"]["repo_id"]
+
+
+def _quantization(deployment):
+    return CHECKPOINTS[deployment["quant"]]["quantization_flag"]
+
+
+def _nvfp4(deployment):
+    return deployment["quant"] == "nvfp4"
+
+
+ENGINE_ARGS = {
+    "sglang": (
+        Arg("--model-path", "quant", _model),
+        Arg("--tp-size", "tp"),
+        Arg("--trust-remote-code"),
+        Arg("--host", "host"),
+        Arg("--port", "port"),
+        Arg("--served-model-name", "served_model_name"),
+        Arg("--tool-call-parser", value=PARSER),
+        Arg("--reasoning-parser", value=PARSER),
+        Arg(MEMORY_KNOBS["sglang"]["flag"], "mem_fraction"),
+        Arg("--kv-cache-dtype", "kv_cache_dtype"),
+        Arg("--context-length", "context_length"),
+        Arg("--enable-metrics"),  # vLLM always serves /metrics; SGLang only with this flag
+        Arg("--quantization", "quant", _quantization, when=_quantization),  # INT4: auto-detected, never emitted
+    ),
+    "vllm": (
+        Arg("--model", "quant", _model, positional=True),  # `vllm serve <model>`
+        Arg("--tensor-parallel-size", "tp"),
+        Arg("--trust-remote-code"),
+        Arg("--host", "host"),
+        Arg("--port", "port"),
+        Arg("--served-model-name", "served_model_name"),
+        Arg("--tool-call-parser", value=PARSER),
+        Arg("--enable-auto-tool-choice"),  # without it vLLM returns no tool_calls
+        Arg("--reasoning-parser", value=PARSER),
+        Arg("--mm-encoder-tp-mode", value="data"),
+        Arg(MEMORY_KNOBS["vllm"]["flag"], "mem_fraction"),
+        Arg("--kv-cache-dtype", "kv_cache_dtype"),
+        Arg("--max-model-len", "context_length"),
+        Arg("--quantization", "quant", _quantization, when=_quantization),
+        Arg("--moe-backend", "moe_backend", when=_nvfp4),
+        Arg("--disable-custom-all-reduce", when=_nvfp4),
+    ),
 }
+
+OPTION_INDEX = dict((engine, _option_index(engine)) for engine in ENGINES)
+# The managed set, by dest (every spelling of a dest is refused in kimi_engine_extra_args): derived from ENGINE_ARGS.
+MANAGED = dict((engine, dict((OPTION_INDEX[engine][arg.option][0], arg) for arg in ENGINE_ARGS[engine]))
+               for engine in ENGINES)
+# Engines whose image's entry point is ENGINE_ENTRYPOINTS[engine]; the others get it at the head of argv.
+IMAGE_ENTRYPOINT_ENGINES = ("vllm",)
 
 
 def engine_argv(deployment):
-    """The container command after the image: what `docker run IMAGE <argv>` takes.
+    """The container command after the image, for a deployment resolve() returned: `docker run IMAGE <argv>`.
 
-    SGLang's image has no entry point, so argv starts with `python3 -m sglang.launch_server`; the vLLM image's
-    entry point is `vllm serve`, so argv starts with the model.
+    Renders only (resolve() validated every value): ENGINE_ARGS in order, then the extra args. SGLang's image has
+    no entry point, so argv starts with `python3 -m sglang.launch_server`; the vLLM image's entry point is
+    `vllm serve`, so argv starts with the model.
     """
-    if not isinstance(deployment, dict):
-        raise DeploymentError("engine_flags input must be a deployment dict, got %s" % type(deployment).__name__)
-    quant = deployment.get("quant")
-    engine = deployment.get("engine")
-    _check_choice("quant", quant, QUANTS)
-    _check_choice("engine", engine, ENGINES)
-    _check_identity(quant, engine)
-    identity = (quant, engine)
-    kv = _check_kv(identity, deployment.get("kv_cache_dtype"))
-    moe = _check_moe(quant, deployment.get("moe_backend"))
-    tp = _check_int("tp", deployment.get("tp") or 8, 1, 64)
-    port = _check_int("port", deployment.get("port") or DEFAULT_PORT, 1, 65535)
-    host = str(deployment.get("host") or DEFAULT_HOST)
-    name = str(deployment.get("served_model_name") or DEFAULT_SERVED_MODEL_NAME)
-    ctx = _check_int("context_length", deployment.get("context_length") or MAX_CONTEXT, 4096, MAX_CONTEXT)
-    knob = MEMORY_KNOBS[engine]
-    mem = _check_mem(engine, deployment.get("mem_fraction"))
-    extra = _check_extra(engine, deployment.get("extra_args"))
-    model = deployment.get("model") or CHECKPOINTS[quant]["repo_id"]
-
-    if engine == "sglang":
-        argv = list(ENGINE_ENTRYPOINTS["sglang"]) + [
-            "--model-path", model,
-            "--tp-size", str(tp),
-            "--trust-remote-code",
-            "--host", host,
-            "--port", str(port),
-            "--served-model-name", name,
-            "--tool-call-parser", PARSER,
-            "--reasoning-parser", PARSER,
-            knob["flag"], _fmt(mem),
-            "--kv-cache-dtype", kv,
-            "--context-length", str(ctx),
-            "--enable-metrics",  # vLLM always serves /metrics; SGLang only with this flag
-        ]
-    else:
-        argv = [
-            model,
-            "--tensor-parallel-size", str(tp),
-            "--trust-remote-code",
-            "--host", host,
-            "--port", str(port),
-            "--served-model-name", name,
-            "--tool-call-parser", PARSER,
-            "--enable-auto-tool-choice",  # without it vLLM returns no tool_calls
-            "--reasoning-parser", PARSER,
-            "--mm-encoder-tp-mode", "data",
-            knob["flag"], _fmt(mem),
-            "--kv-cache-dtype", kv,
-            "--max-model-len", str(ctx),
-        ]
-        if quant == "nvfp4":
-            argv += ["--quantization", CHECKPOINTS[quant]["quantization_flag"], "--moe-backend", moe,
-                     "--disable-custom-all-reduce"]
-    return argv + list(extra)
+    engine = deployment["engine"]
+    argv = [] if engine in IMAGE_ENTRYPOINT_ENGINES else list(ENGINE_ENTRYPOINTS[engine])
+    for arg in ENGINE_ARGS[engine]:
+        argv.extend(arg.render(deployment))
+    return argv + list(deployment["extra_args"])
 
 
 def command_for(deployment):
-    """The full process command line (image entry point included), for display and the double's tests."""
+    """The full process command line of a resolved deployment (image entry point included)."""
     argv = engine_argv(deployment)
-    if deployment.get("engine") == "vllm":
-        return list(ENGINE_ENTRYPOINTS["vllm"]) + argv
+    if deployment["engine"] in IMAGE_ENTRYPOINT_ENGINES:
+        return list(ENGINE_ENTRYPOINTS[deployment["engine"]]) + argv
     return argv
+
+
+def _text(value):
+    if isinstance(value, float):
+        return _fmt(value)
+    return str(value)
 
 
 def _fmt(number):

@@ -7,7 +7,9 @@ Parsers for `nvidia-smi --query-gpu=... --format=csv,noheader,nounits`, `nvidia-
 `nvidia-smi --version` and /proc/driver/nvidia/version, readers for sysfs (NVIDIA PCI display devices) and
 procfs (a running nvidia-persistenced), and the summary the kimi.deploy.gpu_facts module returns.
 Malformed input raises GpuParseError, whose message names the field and quotes the offending text.
-Architecture family and sm string come from _deployment.arch_of, the one table of the collection.
+
+Also the collection's one architecture table (arch_of) and its one GPU summary shape (summarize_gpus), which
+gpu_facts's summary and the deployment model (_deployment.recommend/resolve) both use.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -18,14 +20,16 @@ import csv
 import os
 import re
 
-from ansible_collections.kimi.deploy.plugins.module_utils._deployment import arch_of
-
 
 class GpuParseError(ValueError):
     """Output of an NVIDIA tool that cannot be read. The message names the field and quotes the text."""
 
 
-# The --query-gpu fields gpu_facts asks for, in order, and the kimi_gpus key each one fills.
+class GpuListError(ValueError):
+    """A GPU list without the specs a summary needs. The message names the GPU and the field."""
+
+
+# The --query-gpu fields gpu_facts asks for, in order, and the nvidia_gpus key each one fills.
 QUERY_FIELDS = (
     ("index", "index"),
     ("name", "name"),
@@ -39,7 +43,7 @@ QUERY_FIELDS = (
 QUERY_GPU = ",".join(field for field, _key in QUERY_FIELDS)
 FIELD_KEYS = dict(QUERY_FIELDS)
 REQUIRED_FIELDS = ("index", "name")
-# Keys of every kimi_gpus entry (driver_version is summary-level only).
+# Keys of every nvidia_gpus entry (driver_version is summary-level only).
 GPU_KEYS = ("index", "name", "uuid", "pci_bus_id", "compute_cap", "memory_mib", "persistence_mode")
 
 # nvidia-smi exit codes (NVML return codes) that are states of the host, not failures of the tool.
@@ -47,6 +51,16 @@ EXIT_NO_GPU = 6            # "No devices were found"
 EXIT_NO_DRIVER = 9         # "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver"
 EXIT_LIBRARY_MISSING = 12  # "NVIDIA-SMI couldn't find libnvidia-ml.so library in your system"
 EXIT_VERSION_MISMATCH = 18  # "Failed to initialize NVML: Driver/library version mismatch"
+
+# Compute capability -> architecture family (the collection's one table).
+ARCH_FAMILIES = (
+    # (min cc, max cc (exclusive), family, human name)
+    (12.0, 13.0, "blackwell-rtx", "Blackwell RTX PRO / GeForce"),
+    (10.0, 11.0, "blackwell-dc", "datacenter Blackwell (B200/B300)"),
+    (9.0, 10.0, "hopper", "Hopper"),
+    (8.9, 9.0, "ada", "Ada Lovelace"),
+    (8.0, 8.9, "ampere", "Ampere"),
+)
 
 STATUSES = ("ok", "no_driver", "no_gpu", "no_nvidia_smi", "error")
 INTERCONNECTS = ("nvlink", "pcie", "none")
@@ -58,6 +72,7 @@ PERSISTENCED_PID_FILES = ("/run/nvidia-persistenced/nvidia-persistenced.pid",
                           "/var/run/nvidia-persistenced/nvidia-persistenced.pid")
 
 CC_RE = re.compile(r"^\d+\.\d+$")
+CC_VALUE_RE = re.compile(r"(\d+)(?:\.(\d))?")  # a compute capability as given: "12.0", 9.0, "9"
 INT_RE = re.compile(r"^\d+$")
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 UNIT_RE = re.compile(r"\s*\[[^\]]*\]$")
@@ -161,7 +176,7 @@ def parse_query_gpu(text, fields=None):
 
 
 def gpu_entries(gpus):
-    """Parsed rows -> kimi_gpus entries: exactly GPU_KEYS, in that order (missing fields are None)."""
+    """Parsed rows -> nvidia_gpus entries: exactly GPU_KEYS, in that order (missing fields are None)."""
     return [dict((key, gpu.get(key)) for key in GPU_KEYS) for gpu in gpus]
 
 
@@ -333,21 +348,82 @@ def persistenced_active(proc_root="/proc", pid_files=PERSISTENCED_PID_FILES):
 # Summary
 # ---------------------------------------------------------------------------------------------------
 
-def _cc_key(compute_cap):
-    major, minor = compute_cap.split(".")
-    return int(major), int(minor)
+def arch_of(compute_cap):
+    """Family, human name and sm string for a compute capability such as 12.0 or "9.0"."""
+    major, minor = _cc_pair(compute_cap, "compute_cap")
+    number = major + minor / 10.0
+    for low, high, family, human in ARCH_FAMILIES:
+        if low <= number < high:
+            break
+    else:
+        family, human = "unsupported", "pre-Ampere or unknown"
+    return {"family": family, "name": human, "sm": "sm_%d%d" % (major, minor)}
+
+
+def _cc_pair(raw, where):
+    match = CC_VALUE_RE.fullmatch(str(raw).strip()) if raw is not None and not isinstance(raw, bool) else None
+    if not match:
+        raise GpuListError("%s has no usable compute_cap (got %r; expected like '12.0')" % (where, raw))
+    return int(match.group(1)), int(match.group(2) or 0)
+
+
+def _memory_mib(raw, where):
+    """memory_mib as a number of MiB; nvidia-smi's "97887 MiB" spelling reads too."""
+    try:
+        value = int(str(raw).split()[0]) if not isinstance(raw, bool) else 0
+    except (TypeError, ValueError, IndexError):
+        raise GpuListError("%s has no usable memory_mib (got %r; expected an integer MiB)" % (where, raw))
+    if value <= 0:
+        raise GpuListError("%s has no usable memory_mib (got %r)" % (where, raw))
+    return value
+
+
+def summarize_gpus(gpus, require_specs=True):
+    """The collection's one GPU summary: count, models, vram_total_mib, vram_min_mib, compute_caps, arch,
+    arch_name, sm, homogeneous. A mixed pool is judged by its weakest GPU (arch, sm, vram_min_mib).
+
+    `gpus`: dicts with name, compute_cap and memory_mib (nvidia_gpus entries, or the kimi_gpus input).
+    require_specs: every GPU must have a usable compute_cap and memory_mib (the deployment model);
+    False skips the ones nvidia-smi reports as unavailable (None), as gpu_facts does. Raises GpuListError.
+    """
+    if gpus is None:
+        gpus = []
+    if not isinstance(gpus, (list, tuple)):
+        raise GpuListError("GPU list must be a list of dicts with name, compute_cap and memory_mib, got %s"
+                           % type(gpus).__name__)
+    names, caps, memories = [], set(), []
+    for position, gpu in enumerate(gpus):
+        if not isinstance(gpu, dict):
+            raise GpuListError("GPU %d must be a dict with name, compute_cap and memory_mib, got %r" % (position, gpu))
+        where = "GPU %s" % gpu.get("index", position)
+        names.append(str(gpu.get("name", "unknown GPU")))
+        if require_specs or gpu.get("compute_cap") is not None:
+            caps.add(_cc_pair(gpu.get("compute_cap"), where))
+        if require_specs or gpu.get("memory_mib") is not None:
+            memories.append(_memory_mib(gpu.get("memory_mib"), where))
+    caps = sorted(caps)
+    models = sorted(set(names))
+    arch = arch_of("%d.%d" % caps[0]) if caps else None
+    return {
+        "count": len(names),
+        "models": models,
+        "vram_total_mib": sum(memories),
+        "vram_min_mib": min(memories) if memories else 0,
+        "compute_caps": ["%d.%d" % cap for cap in caps],
+        "arch": arch["family"] if arch else None,
+        "arch_name": arch["name"] if arch else None,
+        "sm": arch["sm"] if arch else None,
+        "homogeneous": len(models) <= 1 and len(caps) <= 1,
+    }
 
 
 def summarize(gpus, status="ok", message=None, driver_loaded=None, nvidia_smi_found=True, driver_version=None,
               cuda_version=None, open_kernel_module=None, persistenced=False, topology=None, pci_addresses=()):
-    """kimi_gpu_summary: every key always present (see the gpu_facts module's RETURN for their meaning)."""
+    """nvidia_gpu_summary: summarize_gpus's keys and the driver, topology and PCI keys, every key always present
+    (see the gpu_facts module's RETURN for their meaning)."""
     if status not in STATUSES:
         raise ValueError("status must be one of %s, got %r" % (", ".join(STATUSES), status))
     gpus = list(gpus or [])
-    caps = sorted(set(g["compute_cap"] for g in gpus if g.get("compute_cap")), key=_cc_key)
-    memories = [g["memory_mib"] for g in gpus if g.get("memory_mib") is not None]
-    models = sorted(set(g["name"] for g in gpus))
-    arch = arch_of(float(caps[0])) if caps else None
     if topology is not None:
         interconnect, links, all_pairs = topology["interconnect"], topology["nvlink_links"], topology["nvlink_all_pairs"]
     elif len(gpus) == 1:
@@ -356,20 +432,12 @@ def summarize(gpus, status="ok", message=None, driver_loaded=None, nvidia_smi_fo
         interconnect, links, all_pairs = None, 0, False
     if driver_loaded is None:
         driver_loaded = status in ("ok", "no_gpu")
-    summary = {
+    summary = summarize_gpus(gpus, require_specs=False)
+    summary.update({
         "status": status,
         "message": message,
         "driver_loaded": bool(driver_loaded),
         "nvidia_smi_found": bool(nvidia_smi_found),
-        "count": len(gpus),
-        "models": models,
-        "vram_total_mib": sum(memories),
-        "vram_min_mib": min(memories) if memories else 0,
-        "arch": arch["family"] if arch else None,
-        "arch_name": arch["name"] if arch else None,
-        "sm": arch["sm"] if arch else None,
-        "compute_caps": caps,
-        "homogeneous": len(models) <= 1 and len(caps) <= 1,
         "driver_version": driver_version,
         "cuda_version": cuda_version,
         "open_kernel_module": open_kernel_module,
@@ -380,7 +448,7 @@ def summarize(gpus, status="ok", message=None, driver_loaded=None, nvidia_smi_fo
         "nvlink_all_pairs": all_pairs,
         "pci_gpu_count": len(pci_addresses),
         "pci_gpus": list(pci_addresses),
-    }
+    })
     if summary["message"] is None:
         summary["message"] = describe(summary)
     return summary

@@ -15,11 +15,14 @@ version_added: 0.1.0
 description:
   - Runs C(nvidia-smi --query-gpu=... --format=csv,noheader,nounits), C(nvidia-smi --version) and, on hosts with more
     than one GPU, C(nvidia-smi topo -m); reads C(/proc/driver/nvidia/version) and the PCI devices in sysfs.
-  - Returns one dict per GPU in C(kimi_gpus) and a host summary in C(kimi_gpu_summary) with count, models, VRAM,
-    architecture family and C(sm_XY) string (from the collection's architecture table), driver and CUDA version,
-    open or proprietary kernel module, persistence mode and daemon, and whether the GPUs talk over NVLink or
-    PCIe only (a PCIe-only box is communication-bound for tensor parallelism).
-  - A host without the driver, without C(nvidia-smi) or without GPUs is not an error; C(kimi_gpu_summary.status)
+  - Sets the facts C(nvidia_gpus), one dict per GPU, and C(nvidia_gpu_summary), a host summary with count, models,
+    VRAM, architecture family and C(sm_XY) string (from the collection's architecture table), driver and CUDA
+    version, open or proprietary kernel module, persistence mode and daemon, and whether the GPUs talk over NVLink
+    or PCIe only (a PCIe-only box is communication-bound for tensor parallelism).
+  - Returns the same two as C(gpus) and C(summary), so a role can C(register) them instead of reading facts.
+  - Generic NVIDIA facts, nothing model-specific; the summary's GPU keys are the collection's one GPU summary
+    shape, which the C(kimi.deploy.recommend) and C(kimi.deploy.deployment) filters use too.
+  - A host without the driver, without C(nvidia-smi) or without GPUs is not an error; C(nvidia_gpu_summary.status)
     says which (V(no_driver), V(no_nvidia_smi), V(no_gpu)), and C(pci_gpu_count) still counts the NVIDIA GPUs
     on the PCI bus, so a role can install the driver and then gather again.
   - Changes nothing on the host; C(changed) is always false. Never calls C(systemctl), so it works on hosts and in
@@ -62,7 +65,8 @@ options:
   timeout:
     description:
       - Seconds each C(nvidia-smi) call may take before the module fails (a hung GPU or driver). Needs C(timeout)
-        from coreutils on the host; without it the calls are not limited. V(0) disables the limit.
+        from coreutils on the host; without it the calls are not limited. V(0) disables the limit; a negative
+        value is refused.
     type: int
     default: 60
 extends_documentation_fragment:
@@ -78,7 +82,7 @@ attributes:
   platform:
     platforms: posix
 notes:
-  - nvidia-smi exit code 9 (driver not loaded) gives C(kimi_gpu_summary.status=no_driver), exit code 6 (No devices were found) gives
+  - nvidia-smi exit code 9 (driver not loaded) gives C(nvidia_gpu_summary.status=no_driver), exit code 6 (No devices were found) gives
     C(status=no_gpu), exit code 18 (driver/library version mismatch, reboot after a driver change) and 12
     (libnvidia-ml missing) give C(status=error). Other failures and unreadable output fail the module with a message
     that names the field.
@@ -99,13 +103,21 @@ EXAMPLES = r"""
   ansible.builtin.include_role:
     name: kimi.deploy.nvidia_host
   when:
-    - ansible_facts.kimi_gpu_summary.pci_gpu_count > 0
-    - ansible_facts.kimi_gpu_summary.status in ['no_driver', 'no_nvidia_smi']
+    - ansible_facts.nvidia_gpu_summary.pci_gpu_count > 0
+    - ansible_facts.nvidia_gpu_summary.status in ['no_driver', 'no_nvidia_smi']
 
 - name: Refuse a PCIe-only box for a plan that needs NVLink
   ansible.builtin.assert:
-    that: ansible_facts.kimi_gpu_summary.interconnect == 'nvlink'
-    fail_msg: "{{ ansible_facts.kimi_gpu_summary.message }}"
+    that: ansible_facts.nvidia_gpu_summary.interconnect == 'nvlink'
+    fail_msg: "{{ ansible_facts.nvidia_gpu_summary.message }}"
+
+- name: Read the GPUs into a registered variable (a role's own, without facts)
+  kimi.deploy.gpu_facts:
+  register: _gpus
+
+- name: Show the summary
+  ansible.builtin.debug:
+    msg: "{{ _gpus.summary.message }} ({{ _gpus.gpus | length }} GPUs)"
 
 - name: Read the NVIDIA test double's /proc text instead of the host's
   kimi.deploy.gpu_facts:
@@ -115,171 +127,180 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: The GPU facts.
+  description: The GPU facts, the same values as C(gpus) and C(summary).
   returned: always
   type: dict
   contains:
-    kimi_gpus:
-      description: One dict per GPU, sorted by index. Values nvidia-smi reports as unavailable are null.
+    nvidia_gpus:
+      description: One dict per GPU (see C(gpus)).
       returned: always
       type: list
       elements: dict
-      contains:
-        index:
-          description: nvidia-smi's GPU index.
-          type: int
-          returned: always
-          sample: 0
-        name:
-          description: Product name.
-          type: str
-          returned: always
-          sample: NVIDIA H100 80GB HBM3
-        uuid:
-          description: GPU UUID.
-          type: str
-          returned: always
-          sample: GPU-e9156040-59cd-e1e5-ffbb-bd63bcc90a6f
-        pci_bus_id:
-          description: PCI bus id as nvidia-smi prints it.
-          type: str
-          returned: always
-          sample: "00000000:00:06.0"
-        compute_cap:
-          description: CUDA compute capability.
-          type: str
-          returned: always
-          sample: "9.0"
-        memory_mib:
-          description: Total memory in MiB.
-          type: int
-          returned: always
-          sample: 81559
-        persistence_mode:
-          description: V(Enabled) or V(Disabled).
-          type: str
-          returned: always
-          sample: Enabled
-    kimi_gpu_summary:
-      description: The host summary. Every key is always present.
+    nvidia_gpu_summary:
+      description: The host summary (see C(summary)).
       returned: always
       type: dict
-      contains:
-        status:
-          description:
-            - V(ok) (GPUs answer), V(no_driver) (nvidia-smi cannot reach the kernel driver), V(no_gpu) (the driver
-              sees no GPU), V(no_nvidia_smi) (no nvidia-smi on the host), V(error) (NVML unusable, see C(message)).
-          type: str
-          returned: always
-          sample: ok
-        message:
-          description: A sentence explaining the status.
-          type: str
-          returned: always
-          sample: "1 x NVIDIA H100 80GB HBM3, hopper sm_90, 81559 MiB VRAM in all, driver 580.159.04 (open kernel module)"
-        driver_loaded:
-          description:
-            - The NVIDIA kernel driver answers. With nvidia-smi, whether nvidia-smi reached it (false on exit code 9,
-              even if the module is loaded but its device files are missing); without nvidia-smi, whether
-              O(proc_root)C(/driver/nvidia/version) exists.
-          type: bool
-          returned: always
-        nvidia_smi_found:
-          description: nvidia-smi was found.
-          type: bool
-          returned: always
-        count:
-          description: Number of GPUs nvidia-smi reports.
-          type: int
-          returned: always
-          sample: 8
-        models:
-          description: Sorted unique GPU product names.
-          type: list
-          elements: str
-          returned: always
-        vram_total_mib:
-          description: Sum of the GPUs' memory in MiB.
-          type: int
-          returned: always
-        vram_min_mib:
-          description: Memory of the smallest GPU in MiB, 0 without GPUs.
-          type: int
-          returned: always
-        arch:
-          description:
-            - Architecture family of the weakest GPU, V(blackwell-rtx), V(blackwell-dc), V(hopper), V(ada), V(ampere) or
-              V(unsupported); null without GPUs.
-          type: str
-          returned: always
-          sample: hopper
-        arch_name:
-          description: Human name of C(arch).
-          type: str
-          returned: always
-          sample: Hopper
-        sm:
-          description: The weakest GPU's compute capability as an sm string; null without GPUs.
-          type: str
-          returned: always
-          sample: sm_90
-        compute_caps:
-          description: Sorted unique compute capabilities.
-          type: list
-          elements: str
-          returned: always
-          sample: ["9.0"]
-        homogeneous:
-          description: All GPUs are the same model and compute capability.
-          type: bool
-          returned: always
-        driver_version:
-          description: Driver version (nvidia-smi, else /proc/driver/nvidia/version), or null.
-          type: str
-          returned: always
-          sample: 580.159.04
-        cuda_version:
-          description: Highest CUDA version the driver supports (nvidia-smi --version), or null.
-          type: str
-          returned: always
-          sample: "13.0"
-        open_kernel_module:
-          description: The loaded kernel module is NVIDIA's open one; null when unknown (module not loaded).
-          type: bool
-          returned: always
-        persistence_mode_all:
-          description: Every GPU reports persistence mode V(Enabled) (false without GPUs).
-          type: bool
-          returned: always
-        persistenced_active:
-          description: An nvidia-persistenced process is running.
-          type: bool
-          returned: always
-        interconnect:
-          description: V(nvlink), V(pcie), V(none) (a single GPU), or null when unknown.
-          type: str
-          returned: always
-          sample: pcie
-        nvlink_links:
-          description: The largest number of NVLinks between two GPUs (C(NV#) of nvidia-smi topo -m), 0 without NVLink.
-          type: int
-          returned: always
-          sample: 18
-        nvlink_all_pairs:
-          description: Every pair of GPUs is joined by NVLink (false for a single GPU or unknown topology).
-          type: bool
-          returned: always
-        pci_gpu_count:
-          description: NVIDIA display/3D controllers on the PCI bus (sysfs), known without a driver.
-          type: int
-          returned: always
-          sample: 8
-        pci_gpus:
-          description: Their PCI addresses.
-          type: list
-          elements: str
-          returned: always
-          sample: ["0000:00:06.0"]
+gpus:
+  description: One dict per GPU, sorted by index. Values nvidia-smi reports as unavailable are null.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    index:
+      description: nvidia-smi's GPU index.
+      type: int
+      returned: always
+      sample: 0
+    name:
+      description: Product name.
+      type: str
+      returned: always
+      sample: NVIDIA H100 80GB HBM3
+    uuid:
+      description: GPU UUID.
+      type: str
+      returned: always
+      sample: GPU-e9156040-59cd-e1e5-ffbb-bd63bcc90a6f
+    pci_bus_id:
+      description: PCI bus id as nvidia-smi prints it.
+      type: str
+      returned: always
+      sample: "00000000:00:06.0"
+    compute_cap:
+      description: CUDA compute capability.
+      type: str
+      returned: always
+      sample: "9.0"
+    memory_mib:
+      description: Total memory in MiB.
+      type: int
+      returned: always
+      sample: 81559
+    persistence_mode:
+      description: V(Enabled) or V(Disabled).
+      type: str
+      returned: always
+      sample: Enabled
+summary:
+  description: The host summary. Every key is always present.
+  returned: always
+  type: dict
+  contains:
+    status:
+      description:
+        - V(ok) (GPUs answer), V(no_driver) (nvidia-smi cannot reach the kernel driver), V(no_gpu) (the driver
+          sees no GPU), V(no_nvidia_smi) (no nvidia-smi on the host), V(error) (NVML unusable, see C(message)).
+      type: str
+      returned: always
+      sample: ok
+    message:
+      description: A sentence explaining the status.
+      type: str
+      returned: always
+      sample: "1 x NVIDIA H100 80GB HBM3, hopper sm_90, 81559 MiB VRAM in all, driver 580.159.04 (open kernel module)"
+    driver_loaded:
+      description:
+        - The NVIDIA kernel driver answers. With nvidia-smi, whether nvidia-smi reached it (false on exit code 9,
+          even if the module is loaded but its device files are missing); without nvidia-smi, whether
+          O(proc_root)C(/driver/nvidia/version) exists.
+      type: bool
+      returned: always
+    nvidia_smi_found:
+      description: nvidia-smi was found.
+      type: bool
+      returned: always
+    count:
+      description: Number of GPUs nvidia-smi reports.
+      type: int
+      returned: always
+      sample: 8
+    models:
+      description: Sorted unique GPU product names.
+      type: list
+      elements: str
+      returned: always
+    vram_total_mib:
+      description: Sum of the GPUs' memory in MiB.
+      type: int
+      returned: always
+    vram_min_mib:
+      description: Memory of the smallest GPU in MiB, 0 without GPUs.
+      type: int
+      returned: always
+    arch:
+      description:
+        - Architecture family of the weakest GPU, V(blackwell-rtx), V(blackwell-dc), V(hopper), V(ada), V(ampere) or
+          V(unsupported); null without GPUs.
+      type: str
+      returned: always
+      sample: hopper
+    arch_name:
+      description: Human name of C(arch).
+      type: str
+      returned: always
+      sample: Hopper
+    sm:
+      description: The weakest GPU's compute capability as an sm string; null without GPUs.
+      type: str
+      returned: always
+      sample: sm_90
+    compute_caps:
+      description: Sorted unique compute capabilities.
+      type: list
+      elements: str
+      returned: always
+      sample: ["9.0"]
+    homogeneous:
+      description: All GPUs are the same model and compute capability.
+      type: bool
+      returned: always
+    driver_version:
+      description: Driver version (nvidia-smi, else /proc/driver/nvidia/version), or null.
+      type: str
+      returned: always
+      sample: 580.159.04
+    cuda_version:
+      description: Highest CUDA version the driver supports (nvidia-smi --version), or null.
+      type: str
+      returned: always
+      sample: "13.0"
+    open_kernel_module:
+      description: The loaded kernel module is NVIDIA's open one; null when unknown (module not loaded).
+      type: bool
+      returned: always
+    persistence_mode_all:
+      description: Every GPU reports persistence mode V(Enabled) (false without GPUs).
+      type: bool
+      returned: always
+    persistenced_active:
+      description: An nvidia-persistenced process is running.
+      type: bool
+      returned: always
+    interconnect:
+      description: V(nvlink), V(pcie), V(none) (a single GPU), or null when unknown.
+      type: str
+      returned: always
+      sample: pcie
+    nvlink_links:
+      description: The largest number of NVLinks between two GPUs (C(NV#) of nvidia-smi topo -m), 0 without NVLink.
+      type: int
+      returned: always
+      sample: 18
+    nvlink_all_pairs:
+      description: Every pair of GPUs is joined by NVLink (false for a single GPU or unknown topology).
+      type: bool
+      returned: always
+    pci_gpu_count:
+      description: NVIDIA display/3D controllers on the PCI bus (sysfs), known without a driver.
+      type: int
+      returned: always
+      sample: 8
+    pci_gpus:
+      description: Their PCI addresses.
+      type: list
+      elements: str
+      returned: always
+      sample: ["0000:00:06.0"]
 """
 
 import os
@@ -298,6 +319,9 @@ class GpuFacts:
         self.module = module
         self.params = module.params
         self.smi = self._find_smi()
+        if self.params["timeout"] < 0:
+            module.fail_json(msg="timeout=%d is not allowed: use 0 to disable the limit, or a positive number of seconds"
+                             % self.params["timeout"])
         self.timeout_bin = module.get_bin_path("timeout") if self.params["timeout"] > 0 else None
 
     def _find_smi(self):
@@ -412,7 +436,8 @@ def main():
         supports_check_mode=True,
     )
     gpus, summary = GpuFacts(module).gather()
-    module.exit_json(changed=False, ansible_facts={"kimi_gpus": gpus, "kimi_gpu_summary": summary})
+    module.exit_json(changed=False, gpus=gpus, summary=summary,
+                     ansible_facts={"nvidia_gpus": gpus, "nvidia_gpu_summary": summary})
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ def test_nvidia_host_refuses_the_control_node_before_any_change(tmp_path):
     play = tmp_path / "play.yml"
     play.write_text("- hosts: localhost\n  connection: local\n  gather_facts: true\n"
                     "  vars:\n    ansible_python_interpreter: \"{{ ansible_playbook_python }}\"\n"
-                    "    kimi_deployment: {identity: int4-sglang, hardware: null}\n"
+
                     "  roles:\n    - kimi.deploy.nvidia_host\n")
     rc, out = playbook(str(play))
     assert rc != 0
@@ -102,3 +102,76 @@ def test_site_on_a_bare_host_asks_for_quant_and_engine(tmp_path):
     assert "has 2 NVIDIA GPU(s) on the PCI bus (0000:01:00.0, 0000:21:00.0) but no working driver yet" in out, out
     assert "-e quant=int4 -e engine=sglang" in out
     assert "Turn the host into a GPU container host" not in out
+
+
+H100X4 = "@tests/fixtures/gpus/h100-x4.json"
+STRONG_KEY = '{"caddy_proxy_api_keys": ["%s"]}' % ("k" * 40)
+
+
+def test_site_fails_on_an_inventory_without_kimi_servers(tmp_path):
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  children:\n    gpu:\n      hosts:\n        localhost:\n"
+                         "          ansible_connection: local\n")
+    rc, out = playbook("-i", str(inventory), "site.yml", "-e", "quant=int4", "-e", "engine=sglang")
+    assert rc != 0
+    assert "no host in the group kimi_servers (groups found: gpu)" in out, out
+    assert "all.children.kimi_servers.hosts" in out
+
+
+def test_site_refuses_a_pool_that_cannot_hold_the_checkpoint(tmp_path):
+    """4 x H100 80 GB: refused in preflight, naming the GPUs and the numbers, before the host-changing play."""
+    inventory = local_inventory(tmp_path)
+    rc, out = playbook("-i", str(inventory), "site.yml", "-e", H100X4, "-e", "kimi_int4_revision=" + SHA)
+    assert rc != 0
+    assert "cannot hold int4-vllm" in out and "4 x NVIDIA H100 80GB HBM3" in out, out
+    assert "kimi_allow_unfit=true only to test" in out
+    assert "Turn the host into a GPU container host" not in out
+
+
+def test_site_fit_uses_the_chosen_tensor_parallel_size(tmp_path):
+    """tp=4 on 8 x 96 GB puts ~149 GB of weights on each 96 GB GPU: refused before any change, with the numbers."""
+    inventory = local_inventory(tmp_path)
+    rc, out = playbook("-i", str(inventory), "site.yml", "-e", RTX, "-e", "quant=int4", "-e", "engine=sglang",
+                       "-e", "kimi_tensor_parallel=4", "-e", "kimi_int4_revision=" + SHA)
+    assert rc != 0
+    assert "cannot hold int4-sglang" in out and "tensor parallel 4" in out, out
+    assert "With kimi_tensor_parallel=8 it would fit" in out
+    assert "Turn the host into a GPU container host" not in out
+
+
+def test_site_refuses_the_published_example_api_key(tmp_path):
+    inventory = local_inventory(tmp_path)
+    rc, out = playbook("-i", str(inventory), "site.yml", "-e", RTX, "-e", "kimi_int4_revision=" + SHA,
+                       "-e", '{"caddy_proxy_api_keys": ["example-0123456789abcdef0123456789abcdef"]}')
+    assert rc != 0
+    assert "published in this repository's example inventory" in out, out
+    assert "example-0123456789abcdef0123456789abcdef" not in out  # compared by digest, never printed
+    assert "Turn the host into a GPU container host" not in out
+
+
+def test_site_preflight_fails_fast_on_an_unreachable_hub(tmp_path):
+    inventory = local_inventory(tmp_path)
+    rc, out = playbook("-i", str(inventory), "site.yml", "-e", RTX, "-e", "kimi_int4_revision=" + SHA,
+                       "-e", STRONG_KEY, "-e", "kimi_weights_endpoint=http://127.0.0.1:9",
+                       "-e", "kimi_weights_hf_home=%s" % (tmp_path / "hf"))
+    assert rc != 0
+    assert "Plan the download" in out and "127.0.0.1:9" in out, out
+    assert "Turn the host into a GPU container host" not in out
+    assert not (tmp_path / "hf").exists()  # the plan writes nothing
+
+
+def test_site_stage_tags_keep_the_preflight():
+    rc, out = playbook("-i", "inventories/example/hosts.yml", "site.yml", "--tags", "proxy", "--list-tasks",
+                       "--vault-password-file", "inventories/example/vault-password.example")
+    assert rc == 0, out
+    assert "Resolve the deployment" in out and "Check the VRAM fit" in out  # preflight always runs
+    assert "kimi.deploy.caddy_proxy : Check the proxy settings" in out
+    assert "nvidia_host : Check the driver settings" not in out and "kimi_weights : Start the download" not in out
+
+
+def test_plan_keeps_the_old_image_variable_with_a_deprecation_warning():
+    rc, out = playbook("playbooks/plan.yml", "-e", "quant=int4", "-e", "engine=vllm", "-e", RTX,
+                       "-e", "kimi_image=mirror.example/vllm-openai:v0.22.1")
+    assert rc == 0, out
+    assert "DEPRECATION: kimi_image is deprecated" in out and "kimi_engine_image" in out
+    assert "image: mirror.example/vllm-openai:v0.22.1" in out

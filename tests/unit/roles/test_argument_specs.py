@@ -1,5 +1,6 @@
 """Every role's defaults and meta/argument_specs.yml stay in step (names, defaults, docs)."""
 import os
+import re
 
 import pytest
 import yaml
@@ -26,7 +27,39 @@ def test_defaults_and_argument_specs_agree(role):
         assert name.startswith(role + "_"), "%s: variable %s lacks the role prefix" % (role, name)
         assert options[name].get("default") == value, "%s: default of %s differs" % (role, name)
         assert options[name].get("description"), "%s: %s is undocumented" % (role, name)
+
+
+@pytest.mark.parametrize("role", [r for r in ROLES if r != "nvidia_host"])
+def test_serving_roles_consume_the_resolved_deployment(role):
+    options = load(role, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
     assert options["kimi_deployment"]["required"] is True
+
+
+def test_nvidia_host_knows_nothing_about_kimi():
+    """A generic GPU container host: no Kimi deployment variable or fact anywhere in the role (kimi.deploy FQCNs
+    and kimi-* file names are the collection's namespace, not deployment knowledge)."""
+    options = load("nvidia_host", "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
+    assert all(name.startswith("nvidia_host_") for name in options)
+    hits = []
+    for folder, _dirs, files in os.walk(os.path.join(ROOT, "roles", "nvidia_host")):
+        for name in files:
+            path = os.path.join(folder, name)
+            with open(path) as handle:
+                for number, line in enumerate(handle, 1):
+                    if re.search(r"\bkimi_", line) or "models--" in line:
+                        hits.append("%s:%d: %s" % (os.path.relpath(path, ROOT), number, line.strip()))
+    assert hits == []
+
+
+def test_site_inputs_are_documented_in_one_spec():
+    with open(os.path.join(ROOT, "playbooks", "site_argument_specs.yml")) as handle:
+        options = yaml.safe_load(handle)["argument_specs"]["site"]["options"]
+    with open(os.path.join(ROOT, "playbooks", "tasks", "resolve_deployment.yml")) as handle:
+        resolve = handle.read()
+    read = set(re.findall(r"\b(quant|engine|kimi_[a-z0-9_]+) \| default", resolve)) - {"kimi_image", "kimi_require_revision"}
+    assert read <= set(options), "site inputs read but not documented: %s" % sorted(read - set(options))
+    for name, spec in options.items():
+        assert spec.get("description"), "site input %s is undocumented" % name
 
 
 @pytest.mark.parametrize("role", ROLES)

@@ -19,6 +19,7 @@ def test_recommend_filter():
     rec = recommend(RTX8)
     assert set(["quant", "engine", "kv_cache_dtype", "moe_backend", "fits", "reasons"]) <= set(rec)
     assert (rec["quant"], rec["engine"], rec["fits"]) == ("int4", "sglang", True)
+    assert rec["fit_reason"].startswith("Fits: ") and rec["vram_total_mib"] == 8 * 97887
     assert recommend(RTX8, min_kv_tokens=10 ** 7)["fits"] is False
 
 
@@ -32,6 +33,24 @@ def test_engine_flags_filter():
     assert argv[:3] == ["python3", "-m", "sglang.launch_server"] and "--tp-size" in argv
     with pytest.raises(AnsibleFilterError, match=r"^kimi\.deploy\.engine_flags: engine=sglang with quant=nvfp4"):
         engine_flags({"quant": "nvfp4", "engine": "sglang"})
+
+
+def test_engine_flags_filter_returns_a_resolved_deployments_argv():
+    dep = deployment({"quant": "int4", "engine": "vllm", "tp": 4, "revisions": {"int4": SHA}}, RTX8)
+    assert engine_flags(dep) == dep["argv"] and dep["argv"][dep["argv"].index("--tensor-parallel-size") + 1] == "4"
+    assert engine_flags(dict(dep, argv=["x"])) == ["x"]  # rendered once, by resolve: not re-derived
+
+
+@pytest.mark.parametrize("inputs, message", [
+    ({"quant": "int4"}, r"quant=int4 engine=auto needs GPU facts"),
+    ("int4-sglang", r"deployment inputs must be a dict, got str"),
+    ({"quant": "int4", "engine": "sglang", "extra_args": ["--tensor-parallel-size", "4"]},
+     r"kimi_engine_extra_args='--tensor-parallel-size' is not allowed: --tensor-parallel-size is set by the "
+     r"collection .*use kimi_tensor_parallel instead"),
+])
+def test_engine_flags_filter_refusals_come_from_the_resolver(inputs, message):
+    with pytest.raises(AnsibleFilterError, match=r"^kimi\.deploy\.engine_flags: " + message):
+        engine_flags(inputs)
 
 
 def test_deployment_filter():

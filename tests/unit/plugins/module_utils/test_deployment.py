@@ -78,10 +78,6 @@ def test_malformed_gpu_lists_raise(bad):
         dm.recommend(bad)
 
 
-def test_memory_mib_accepts_nvidia_smi_units():
-    assert dm.summarize_gpus([{"name": "x", "compute_cap": "12.0", "memory_mib": "97887 MiB"}])["pool_mib"] == 97887
-
-
 # --- KV estimate against the runbook's measurements on 8 x 97887 MiB -----------------------------------
 
 def test_kv_estimate_matches_runbook_measurements():
@@ -164,8 +160,17 @@ def test_context_defaults_follow_kv_dtype():
 def test_vllm_context_beyond_kv_cache_is_refused_before_start():
     with pytest.raises(dm.DeploymentError, match="larger than the estimated KV cache"):
         resolve(RTX8, quant="int4", engine="vllm", kv_cache_dtype="auto", context_length=262144)
-    with pytest.raises(dm.DeploymentError, match="larger than the estimated KV cache"):
-        resolve(RTX8, quant="int4", engine="vllm", mem_fraction=0.85, context_length=32768)
+
+
+def test_vllm_memory_knob_without_kv_room_is_refused_by_the_fit_verdict():
+    """0.85 leaves vLLM ~14K KV tokens on 8 x 96 GB: the chosen settings do not fit, and the verdict says so
+    with the numbers (site.yml's preflight refuses it before any change) instead of a context-length error."""
+    dep = resolve(RTX8, quant="int4", engine="vllm", mem_fraction=0.85, context_length=32768)
+    hardware = dep["hardware"]
+    assert hardware["fits"] is False and 0 < hardware["kv_tokens_estimate"] < 32768
+    assert hardware["fit_reason"].startswith("Does not fit: tensor parallel 8 on 8 x NVIDIA RTX PRO 6000")
+    assert "--gpu-memory-utilization 0.85" in hardware["fit_reason"] and "below the 64K minimum" in hardware["fit_reason"]
+    assert "With kimi_mem_fraction=0.98 it would fit" in hardware["fit_reason"]
 
 
 def test_an_unfit_pool_resolves_with_the_fit_verdict_instead_of_a_context_error():
@@ -199,8 +204,10 @@ def test_auto_without_gpus_is_refused():
 @pytest.mark.parametrize("revision, message", [
     (None, r"kimi_int4_revision is not set.*no safe default.*api/models/moonshotai/Kimi-K2\.6/revision/main"),
     ("main", r"kimi_int4_revision='main' is not a 40-hex commit sha"),
-    ("0123456789ABCDEF0123456789ABCDEF01234567", "not a 40-hex"),
+    ("0123456789ABCDEF0123456789ABCDEF01234567", r"kimi_int4_revision='0123456789ABCDEF.*must be written in lower case"
+                                                 r".*use 0123456789abcdef0123456789abcdef01234567"),
     (SHA[:39], "not a 40-hex"),
+    (SHA + "\n", r"kimi_int4_revision='0123.*\\n' is not a 40-hex"),  # full match: no snapshots/<sha>\n folder
 ])
 def test_revision_must_be_a_pinned_sha(revision, message):
     with pytest.raises(dm.DeploymentError, match=message):
@@ -266,11 +273,15 @@ IDENTITY_ROWS = [(q, e, kv, moe) for (q, e), menu in sorted(dm.KV_MENUS.items())
                  for moe in (dm.MOE_BACKENDS if q == "nvfp4" else (None,))]
 
 
+def render(**inputs):
+    """argv of a deployment resolved without GPUs or revision (what the engine_flags filter does for inputs)."""
+    return dm.resolve(inputs, [], require_revision=False)["argv"]
+
+
 @pytest.mark.parametrize("quant, engine, kv, moe", IDENTITY_ROWS)
 def test_every_emitted_flag_exists_in_the_pinned_engine(quant, engine, kv, moe):
-    dep = {"quant": quant, "engine": engine, "kv_cache_dtype": kv, "moe_backend": moe, "tp": 8,
-           "context_length": 131072}
-    flags = parse_against_pinned_parser(engine, dm.engine_argv(dep))
+    flags = parse_against_pinned_parser(engine, render(quant=quant, engine=engine, kv_cache_dtype=kv, moe_backend=moe,
+                                                       tp=8, context_length=131072))
     assert flags["--trust-remote-code"] is True
     assert flags["--tool-call-parser"] == "kimi_k2" and flags["--reasoning-parser"] == "kimi_k2"
     assert flags["--kv-cache-dtype"] == kv and flags["--port"] == "30000" and flags["--host"] == "0.0.0.0"
@@ -290,38 +301,223 @@ def test_every_emitted_flag_exists_in_the_pinned_engine(quant, engine, kv, moe):
         assert "--quantization" not in flags and "--moe-backend" not in flags
 
 
-def test_managed_flags_exist_in_pinned_parsers():
-    for engine, flags in dm.MANAGED_FLAGS.items():
+def test_declared_flags_exist_in_pinned_parsers():
+    for engine, args in dm.ENGINE_ARGS.items():
         options = load_flags(engine)["options"]
-        missing = [f for f in flags if f not in options]
-        # --quantization is listed for SGLang only to refuse it in extra_args; it exists there too.
+        missing = [a.option for a in args if a.option not in options]
+        # --quantization is declared for SGLang too (never emitted for INT4) so that extra_args cannot set it.
         assert not missing, "%s: %s" % (engine, missing)
 
 
+def test_managed_set_is_derived_from_the_declarations_by_dest():
+    for engine, args in dm.ENGINE_ARGS.items():
+        options = load_flags(engine)["options"]
+        assert set(dm.MANAGED[engine]) == set(options[a.option]["dest"] for a in args)
+    assert {"tensor_parallel_size", "model_path", "quantization", "mem_fraction_static"} <= set(dm.MANAGED["sglang"])
+    assert {"tensor_parallel_size", "model", "moe_backend", "disable_custom_all_reduce"} <= set(dm.MANAGED["vllm"])
+    assert "--tensor-parallel-size" not in [a.option for a in dm.ENGINE_ARGS["sglang"]]  # managed as an alias
+
+
 def test_model_argument_and_extra_args():
-    argv = dm.engine_argv({"quant": "int4", "engine": "vllm", "extra_args": ["--max-num-seqs", "64"]})
+    argv = render(quant="int4", engine="vllm", extra_args=["--max-num-seqs", "64"])
     assert argv[0] == "moonshotai/Kimi-K2.6" and argv[-2:] == ["--max-num-seqs", "64"]
-    full = dm.command_for({"quant": "int4", "engine": "vllm"})
+    full = dm.resolve({"quant": "int4", "engine": "vllm"}, [], require_revision=False)["command"]
     assert full[:3] == ["vllm", "serve", "moonshotai/Kimi-K2.6"]
-    sgl = dm.engine_argv({"quant": "int4", "engine": "sglang"})
-    assert sgl[sgl.index("--model-path") + 1] == "moonshotai/Kimi-K2.6"
-    assert dm.command_for({"quant": "int4", "engine": "sglang"}) == sgl
+    sgl = dm.resolve({"quant": "int4", "engine": "sglang"}, [], require_revision=False)
+    assert sgl["argv"][sgl["argv"].index("--model-path") + 1] == "moonshotai/Kimi-K2.6"
+    assert sgl["command"] == sgl["argv"] == dm.command_for(sgl)
 
 
-@pytest.mark.parametrize("dep, message", [
+@pytest.mark.parametrize("inputs, message", [
     ({"quant": "nvfp4", "engine": "sglang"}, "NaN"),
-    ({"quant": "int4"}, r"engine=None is not allowed\. Allowed values: sglang, vllm"),
+    ({"quant": "int4"}, r"quant=int4 engine=auto needs GPU facts .*engine \(sglang, vllm\)"),
     ({"quant": "int4", "engine": "sglang", "kv_cache_dtype": "fp8"}, "kimi_kv_cache_dtype='fp8'"),
     ({"quant": "int4", "engine": "vllm", "moe_backend": "marlin"}, "NVFP4 choice"),
     ({"quant": "int4", "engine": "sglang", "mem_fraction": 0.95}, r"\(0, 0\.85\]"),
-    ("int4-sglang", "must be a deployment dict"),
+    ("int4-sglang", "deployment inputs must be a dict, got str"),
 ])
-def test_engine_argv_refusals(dep, message):
+def test_refusals_without_gpus(inputs, message):
+    """What engine_argv used to re-check is refused once, by resolve (the engine_flags filter's path too)."""
     with pytest.raises(dm.DeploymentError, match=message):
-        dm.engine_argv(dep)
+        dm.resolve(inputs, [], require_revision=False)
+
+
+def test_engine_argv_renders_without_validating():
+    dep = resolve(RTX8, quant="int4", engine="sglang")
+    changed = dict(dep, tp=3, port=1, mem_fraction=0.5, extra_args=["--x"])  # values resolve() would refuse
+    argv = dm.engine_argv(changed)
+    assert argv[argv.index("--tp-size") + 1] == "3" and argv[argv.index("--port") + 1] == "1"
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.5" and argv[-1] == "--x"
 
 
 def test_resolved_command_matches_engine_argv():
     dep = resolve(RTX8, quant="nvfp4", engine="vllm")
     assert dep["argv"] == dm.engine_argv(dep)
     assert dep["command"][:2] == ["vllm", "serve"] and dep["command"][2:] == dep["argv"]
+
+
+# --- kimi_engine_extra_args, read the way the pinned parser reads it ----------------------------------------
+
+def extra(engine, args):
+    return dm.resolve({"quant": "int4", "engine": engine, "extra_args": args}, [], require_revision=False)["extra_args"]
+
+
+@pytest.mark.parametrize("engine, args, spelling, instead", [
+    ("sglang", ["--tensor-parallel-size", "4"], "--tensor-parallel-size", "use kimi_tensor_parallel instead"),
+    ("sglang", ["--tp-size=4"], "--tp-size", "use kimi_tensor_parallel instead"),
+    ("sglang", ["--tp-size 4"], "--tp-size", "use kimi_tensor_parallel instead"),
+    ("sglang", ["--tp_size", "4"], "--tp_size", "use kimi_tensor_parallel instead"),
+    ("sglang", ["--model", "x/y"], "--model", "use quant instead"),
+    ("sglang", ["--mem-fraction-static", "0.9"], "--mem-fraction-static", "use kimi_mem_fraction instead"),
+    ("sglang", ["--quantization", "fp8"], "--quantization", "use quant instead"),
+    ("sglang", ["--enable-metrics"], "--enable-metrics", "the collection fixes it"),
+    ("vllm", ["-tp", "4"], "-tp", "use kimi_tensor_parallel instead"),
+    ("vllm", ["-tp=4"], "-tp", "use kimi_tensor_parallel instead"),
+    ("vllm", ["--tensor_parallel_size=4"], "--tensor_parallel_size", "use kimi_tensor_parallel instead"),
+    ("vllm", ["--tensor-parallel-size 4"], "--tensor-parallel-size", "use kimi_tensor_parallel instead"),
+    ("vllm", ["-q", "fp8"], "-q", "use quant instead"),
+    ("vllm", ["--model", "x/y"], "--model", "use quant instead"),
+    ("vllm", ["--no-enable-auto-tool-choice"], "--no-enable-auto-tool-choice", "the collection fixes it"),
+    ("vllm", ["--max_model_len", "8192"], "--max_model_len", "use kimi_context_length instead"),
+    ("vllm", ["--served-model-name", "a", "b"], "--served-model-name", "use kimi_served_model_name instead"),
+])
+def test_extra_args_refuse_managed_flags_in_any_spelling(engine, args, spelling, instead):
+    with pytest.raises(dm.DeploymentError) as err:
+        extra(engine, args)
+    text = str(err.value)
+    assert text.startswith("kimi_engine_extra_args=")
+    assert "%s is set by the collection" % spelling in text and instead in text
+
+
+@pytest.mark.parametrize("engine, args, message", [
+    ("vllm", ["--foo"], r"--foo is not an option of vllm 0\.22\.1, the pinned engine version"),
+    ("sglang", ["--max-num-seqs", "64"], r"--max-num-seqs is not an option of sglang 0\.5\.12\.post1"),
+    ("sglang", ["-tp", "4"], r"-tp is not an option of sglang 0\.5\.12\.post1"),
+    ("vllm", ["--gpu-memory-util", "0.9"], r"abbreviation of --gpu-memory-utilization; kimi\.deploy requires full"),
+    ("sglang", ["--tp", "4"], r"abbreviation of --tp-size"),
+    ("vllm", ["--foo_bar"], r"--foo_bar \(read as --foo-bar\) is not an option of vllm"),
+    ("sglang", ["--max_running_requests", "8"], r"sglang 0\.5\.12\.post1 does not accept underscores.*--max-running-requests"),
+    ("sglang", ["--no-enable-metrics"], r"--no-enable-metrics is not an option of sglang"),
+    ("vllm", ["--max-num-seqs"], r"'--max-num-seqs' is not allowed: --max-num-seqs needs a value"),
+    ("vllm", ["--max-num-seqs", "--enable-expert-parallel"], r"--max-num-seqs needs a value"),
+    ("vllm", ["--lora-modules"], r"--lora-modules needs a value"),
+    ("vllm", ["--enable-expert-parallel=true"], r"--enable-expert-parallel is a switch and takes no value"),
+    ("vllm", ["--enable-expert-parallel yes"], r"--enable-expert-parallel is a switch and takes no value"),
+    ("vllm", ["64"], r"kimi_engine_extra_args='64' .*follows no option that takes a value"),
+    ("vllm", ["--max-num-seqs", "64", "65"], r"'65' .*follows no option that takes a value"),
+    ("vllm", ["--speculative-config.", "x"], r"dotted key"),
+    ("vllm", ["-O3=1"], r"-O3 already carries its value"),
+])
+def test_extra_args_refuse_unknown_options_and_bad_values(engine, args, message):
+    with pytest.raises(dm.DeploymentError, match=message):
+        extra(engine, args)
+
+
+@pytest.mark.parametrize("engine, args, argv", [
+    ("vllm", ["--max-num-seqs", "64"], ["--max-num-seqs", "64"]),
+    ("vllm", ["--max-num-seqs 64"], ["--max-num-seqs", "64"]),              # one string: split on the first space
+    ("vllm", ["--max-num-seqs=64"], ["--max-num-seqs=64"]),
+    ("vllm", ["--max_num_seqs", "64"], ["--max_num_seqs", "64"]),           # vLLM reads it as --max-num-seqs
+    ("vllm", ["-ep", "--no-enable-prefix-caching"], ["-ep", "--no-enable-prefix-caching"]),
+    ("vllm", ["-O3"], ["-O3"]),
+    ("vllm", ["-O", "3"], ["-O", "3"]),
+    ("vllm", ["--speculative-config.method", "mtp"], ["--speculative-config.method", "mtp"]),
+    ("vllm", ['--speculative-config {"method": "mtp"}'], ["--speculative-config", '{"method": "mtp"}']),
+    ("vllm", ["--lora-modules", "a=/x", "b=/y", "--max-num-seqs", "8"],
+     ["--lora-modules", "a=/x", "b=/y", "--max-num-seqs", "8"]),
+    ("vllm", ["--hf-token"], ["--hf-token"]),                                # nargs "?": the value is optional
+    ("vllm", ["--num-gpu-blocks-override", "-1"], ["--num-gpu-blocks-override", "-1"]),  # a negative number is a value
+    ("sglang", ["--max-running-requests", "64", "--enable-dp-attention"],
+     ["--max-running-requests", "64", "--enable-dp-attention"]),
+    ("sglang", [" --chunked-prefill-size 8192 "], ["--chunked-prefill-size", "8192"]),
+])
+def test_extra_args_accepted_spellings(engine, args, argv):
+    assert extra(engine, args) == argv
+
+
+def test_extra_args_land_at_the_end_of_the_command():
+    dep = resolve(RTX8, quant="int4", engine="sglang", extra_args=["--max-running-requests 64"])
+    assert dep["argv"][-2:] == ["--max-running-requests", "64"] and dep["extra_args"] == dep["argv"][-2:]
+
+
+# --- the fit of the settings chosen (fit(), the one verdict) -------------------------------------------------
+
+def test_tensor_parallel_below_the_gpu_count_does_not_fit_with_the_numbers():
+    """-e kimi_tensor_parallel=4 on 8 x 96 GB puts ~153 GB of weights on each GPU: refused, with what fits."""
+    hardware = resolve(RTX8, quant="int4", engine="vllm", tp=4)["hardware"]
+    assert hardware["fits"] is False and hardware["kv_tokens_estimate"] == 0
+    reason = hardware["fit_reason"]
+    assert reason.startswith("Does not fit: tensor parallel 4 on 8 x NVIDIA RTX PRO 6000 Blackwell Server Edition")
+    assert "each GPU would hold ~153 GB of the ~595 GB int4 checkpoint" in reason
+    assert "leaving room for 0K KV tokens" in reason and "below the 64K minimum" in reason
+    assert "With kimi_tensor_parallel=8 it would fit" in reason
+    assert reason in resolve(RTX8, quant="int4", engine="vllm", tp=4)["reasons"]
+
+
+def test_the_fit_describes_the_chosen_checkpoint():
+    dep = resolve(B200x8, engine="sglang")  # the recommendation for B200 is nvfp4; the choice is int4 on SGLang
+    assert dep["identity"] == "int4-sglang"
+    assert dep["hardware"]["fit_reason"].startswith("Fits: tensor parallel 8 on 8 x NVIDIA B200")
+    assert "int4 checkpoint (moonshotai/Kimi-K2.6)" in dep["hardware"]["fit_reason"]
+    assert "sglang --mem-fraction-static 0.85" in dep["hardware"]["fit_reason"]
+    assert not any("nvfp4 checkpoint" in r or "NVFP4" in r and r.startswith("Fits") for r in dep["reasons"])
+    assert dep["hardware"]["recommended"]["quant"] == "nvfp4"
+
+
+def test_hardware_shape():
+    hardware = resolve(RTX8)["hardware"]
+    assert set(hardware) == {"gpu_count", "models", "arch", "sm", "vram_total_mib", "vram_min_mib",
+                             "kv_tokens_estimate", "fits", "fit_reason", "recommended"}
+    assert (hardware["vram_total_mib"], hardware["vram_min_mib"], hardware["fits"]) == (8 * 97887, 97887, True)
+    assert hardware["kv_tokens_estimate"] == dm.kv_capacity_tokens("int4", "sglang", "fp8_e4m3", 0.85, 97887, 8)
+
+
+def test_fit_verdict_function():
+    summary = dm.summarize_gpus(RTX8)
+    good = dm.fit("int4", "sglang", "fp8_e4m3", 0.85, 8, summary)
+    assert good["fits"] is True and good["kv_tokens"] >= dm.MIN_KV_TOKENS and good["reason"].startswith("Fits: ")
+    assert "~227K KV tokens per replica with fp8_e4m3 KV (at least 64K needed" in good["reason"]
+    assert dm.fit("int4", "sglang", "fp8_e4m3", 0.85, 8, summary, min_kv_tokens=10 ** 7)["fits"] is False
+    bf16 = dm.fit("int4", "vllm", "auto", 0.85, 8, summary)
+    assert bf16["fits"] is False and "kimi_mem_fraction=0.98" in bf16["reason"]
+    small = dm.fit("int4", "vllm", "fp8", 0.95, 4, dm.summarize_gpus(H100x4))
+    assert small["fits"] is False and "Use more or larger GPUs, e.g. 8 x 96 GB" in small["reason"]
+    old = dm.fit("int4", "vllm", "fp8", 0.95, 8, dm.summarize_gpus(gpus("Tesla V100-SXM2-32GB", "7.0", 32768, 8)))
+    assert old["fits"] is False and "sm_80 or newer" in old["reason"]
+    assert dm.fit("int4", "vllm", "fp8", 0.95, 8, dm.summarize_gpus([]))["fits"] is False
+
+
+def test_recommend_uses_the_same_verdict():
+    rec = dm.recommend(RTX8)
+    assert rec["fit_reason"] == dm.fit("int4", "sglang", "fp8_e4m3", 0.85, 8, dm.summarize_gpus(RTX8))["reason"]
+    assert rec["reasons"][-1] == rec["fit_reason"] and rec["vram_total_mib"] == 8 * 97887
+
+
+# --- single values: full match, defaults only for unset -------------------------------------------------------
+
+@pytest.mark.parametrize("field, value, message", [
+    ("port", False, r"kimi_engine_port=False is not allowed"),
+    ("port", True, r"kimi_engine_port=True is not allowed"),
+    ("port", "false", r"kimi_engine_port='false' is not allowed"),
+    ("port", 0, r"kimi_engine_port=0 is not allowed"),
+    ("host", "0.0.0.0\n", r"kimi_engine_host='0\.0\.0\.0\\n' is not allowed"),
+    ("host", False, r"kimi_engine_host=False is not allowed"),
+    ("served_model_name", "kimi\n", r"kimi_served_model_name='kimi\\n' is not allowed"),
+    ("image", "vllm/vllm-openai:v0.22.1\n", r"kimi_engine_image='vllm/vllm-openai:v0\.22\.1\\n' is not allowed"),
+    ("mem_fraction", True, r"kimi_mem_fraction=True is not allowed"),
+    ("tp", False, r"kimi_tensor_parallel=False is not allowed"),
+])
+def test_single_values_are_matched_in_full(field, value, message):
+    with pytest.raises(dm.DeploymentError, match=message):
+        resolve(RTX8, **{"quant": "int4", "engine": "vllm", field: value})
+
+
+@pytest.mark.parametrize("value", [None, "", "auto"])
+def test_only_unset_means_the_default_port(value):
+    assert resolve(RTX8, quant="int4", engine="vllm", port=value)["port"] == 30000
+    assert resolve(RTX8, quant="int4", engine="vllm", port="8000")["port"] == 8000
+
+
+def test_checkpoint_names_its_revision_variable():
+    assert resolve(RTX8, quant="int4", engine="vllm")["checkpoint"]["revision_variable"] == "kimi_int4_revision"
+    assert resolve(RTX8, quant="nvfp4", engine="vllm")["checkpoint"]["revision_variable"] == "kimi_nvfp4_revision"

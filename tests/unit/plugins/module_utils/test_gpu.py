@@ -321,7 +321,7 @@ def test_summary_of_the_real_device_capture():
     summary = _gpu.summarize(gpus, driver_version=_gpu.driver_version_of(gpus), open_kernel_module=proc["open_kernel_module"],
                              cuda_version=_gpu.parse_cuda_version(capture(base, "version.txt")),
                              topology=_gpu.parse_topology(capture(base, "topo.txt")), pci_addresses=["0000:00:06.0"])
-    recorded = json.loads(capture(base, "gpu_facts.json"))["ansible_facts"]
+    recorded = json.loads(capture(base, "gpu_facts.json"))["ansible_facts"]  # captured before the facts' rename
     assert summary == recorded["kimi_gpu_summary"]
     assert _gpu.gpu_entries(gpus) == recorded["kimi_gpus"]
 
@@ -378,3 +378,57 @@ def test_summary_without_gpus():
     assert summary["interconnect"] is None and summary["pci_gpu_count"] == 1 and summary["models"] == []
     with pytest.raises(ValueError):
         _gpu.summarize([], status="bogus")
+
+
+# --- the one GPU summary shape (gpu_facts's summary and the deployment model) ------------------------------
+
+GPU_SUMMARY_KEYS = {"count", "models", "vram_total_mib", "vram_min_mib", "compute_caps", "arch", "arch_name", "sm",
+                    "homogeneous"}
+
+
+def test_gpu_facts_summary_is_the_gpu_summary_plus_host_keys():
+    gpus = _gpu.parse_query_gpu(rows("NVIDIA H200", "9.0", 143771, 8))
+    summary = _gpu.summarize(gpus)
+    assert GPU_SUMMARY_KEYS < SUMMARY_KEYS and set(summary) == SUMMARY_KEYS
+    assert dict((k, summary[k]) for k in GPU_SUMMARY_KEYS) == _gpu.summarize_gpus(gpus)
+
+
+def test_summarize_gpus_of_a_profile_list():
+    """The kimi_gpus input of a GPU profile: strings or numbers, nvidia-smi's "MiB" spelling reads too."""
+    summary = _gpu.summarize_gpus([{"name": "x", "compute_cap": "12.0", "memory_mib": "97887 MiB"},
+                                   {"name": "x", "compute_cap": 12.0, "memory_mib": 97887}])
+    assert set(summary) == GPU_SUMMARY_KEYS
+    assert (summary["vram_total_mib"], summary["vram_min_mib"], summary["compute_caps"]) == (2 * 97887, 97887, ["12.0"])
+    assert (summary["arch"], summary["arch_name"], summary["sm"], summary["homogeneous"]) == (
+        "blackwell-rtx", "Blackwell RTX PRO / GeForce", "sm_120", True)
+    assert _gpu.summarize_gpus([]) == {"count": 0, "models": [], "vram_total_mib": 0, "vram_min_mib": 0,
+                                       "compute_caps": [], "arch": None, "arch_name": None, "sm": None,
+                                       "homogeneous": True}
+
+
+@pytest.mark.parametrize("gpus, message", [
+    ([{"name": "x", "memory_mib": 1}], r"GPU 0 has no usable compute_cap \(got None; expected like '12\.0'\)"),
+    ([{"index": 3, "name": "x", "compute_cap": "sm90", "memory_mib": 1}], r"GPU 3 has no usable compute_cap"),
+    ([{"name": "x", "compute_cap": "12.0\n1", "memory_mib": 1}], r"no usable compute_cap"),
+    ([{"name": "x", "compute_cap": "12.0"}], r"GPU 0 has no usable memory_mib \(got None; expected an integer MiB\)"),
+    ([{"name": "x", "compute_cap": "12.0", "memory_mib": 0}], r"GPU 0 has no usable memory_mib \(got 0\)"),
+    ([{"name": "x", "compute_cap": "12.0", "memory_mib": True}], r"no usable memory_mib"),
+    (["not a dict"], r"GPU 0 must be a dict"),
+    ("RTX", r"GPU list must be a list of dicts .*got str"),
+])
+def test_summarize_gpus_requires_specs(gpus, message):
+    with pytest.raises(_gpu.GpuListError, match=message):
+        _gpu.summarize_gpus(gpus)
+
+
+def test_summarize_gpus_without_required_specs_skips_unavailable_values():
+    summary = _gpu.summarize_gpus([{"name": "x", "compute_cap": None, "memory_mib": None}], require_specs=False)
+    assert (summary["count"], summary["arch"], summary["vram_total_mib"], summary["compute_caps"]) == (1, None, 0, [])
+
+
+@pytest.mark.parametrize("cc, family, sm", [(12.0, "blackwell-rtx", "sm_120"), ("10.0", "blackwell-dc", "sm_100"),
+                                            ("9.0", "hopper", "sm_90"), ("8.9", "ada", "sm_89"), ("8.6", "ampere", "sm_86"),
+                                            ("7.0", "unsupported", "sm_70"), ("13.0", "unsupported", "sm_130")])
+def test_arch_table(cc, family, sm):
+    arch = _gpu.arch_of(cc)
+    assert (arch["family"], arch["sm"]) == (family, sm)

@@ -110,7 +110,7 @@ def test_summary_agrees_with_the_profile(tmp_path, profile):
     out = host.run()
     assert out["changed"] is False and "warnings" not in out
     facts = out["ansible_facts"]
-    summary, gpus = facts["kimi_gpu_summary"], facts["kimi_gpus"]
+    summary, gpus = facts["nvidia_gpu_summary"], facts["nvidia_gpus"]
     expected = data["kimi_gpus"]
     assert summary["status"] == "ok" and summary["driver_loaded"] and summary["nvidia_smi_found"]
     assert summary["count"] == len(expected) == summary["pci_gpu_count"]
@@ -135,7 +135,7 @@ def test_summary_agrees_with_the_profile(tmp_path, profile):
 @pytest.mark.parametrize("profile, arch, sm", [("rtx-pro-6000-x8", "blackwell-rtx", "sm_120"), ("h200-x8", "hopper", "sm_90"),
                                                ("b200-x8", "blackwell-dc", "sm_100")])
 def test_arch(tmp_path, profile, arch, sm):
-    summary = double_host(tmp_path, profile)[0].run()["ansible_facts"]["kimi_gpu_summary"]
+    summary = double_host(tmp_path, profile)[0].run()["ansible_facts"]["nvidia_gpu_summary"]
     assert (summary["arch"], summary["sm"]) == (arch, sm)
 
 
@@ -147,7 +147,7 @@ def test_check_mode_gathers_the_same(tmp_path):
 
 
 def test_no_topology_query(tmp_path):
-    summary = double_host(tmp_path, "h200-x8")[0].run(query_topology=False)["ansible_facts"]["kimi_gpu_summary"]
+    summary = double_host(tmp_path, "h200-x8")[0].run(query_topology=False)["ansible_facts"]["nvidia_gpu_summary"]
     assert summary["interconnect"] is None and summary["nvlink_links"] == 0 and summary["count"] == 8
 
 
@@ -155,7 +155,7 @@ def test_persistenced_running(tmp_path):
     host = double_host(tmp_path, "h100-x1")[0]
     host.process(1, "init")
     host.process(777, "nvidia-persiste")
-    assert host.run()["ansible_facts"]["kimi_gpu_summary"]["persistenced_active"] is True
+    assert host.run()["ansible_facts"]["nvidia_gpu_summary"]["persistenced_active"] is True
 
 
 def test_driver_version_file_apart_from_procfs(tmp_path):
@@ -163,15 +163,15 @@ def test_driver_version_file_apart_from_procfs(tmp_path):
     host.process(777, "nvidia-persiste")
     elsewhere = tmp_path / "version"
     elsewhere.write_text(PROPRIETARY_VERSION % "575.57.08")
-    summary = host.run(driver_version_file=str(elsewhere))["ansible_facts"]["kimi_gpu_summary"]
+    summary = host.run(driver_version_file=str(elsewhere))["ansible_facts"]["nvidia_gpu_summary"]
     assert summary["open_kernel_module"] is False and summary["persistenced_active"] is True
 
 
 def test_no_gpu_profile(tmp_path):
     host, _data = double_host(tmp_path, "none")
     out = host.run()
-    summary = out["ansible_facts"]["kimi_gpu_summary"]
-    assert out["ansible_facts"]["kimi_gpus"] == []
+    summary = out["ansible_facts"]["nvidia_gpu_summary"]
+    assert out["ansible_facts"]["nvidia_gpus"] == []
     assert (summary["status"], summary["driver_loaded"], summary["count"]) == ("no_gpu", True, 0)
     assert summary["driver_version"] == "580.159.04" and summary["cuda_version"] == "13.0"
     assert "No devices were found" in summary["message"] and "no NVIDIA GPU on the PCI bus" in summary["message"]
@@ -184,8 +184,8 @@ def test_no_driver(tmp_path):
     host.env["KIMI_DOUBLE_NO_DRIVER"] = "1"
     host.pci(["0000:01:00.0", "0000:21:00.0"], klass="0x030000")
     out = host.run()
-    summary = out["ansible_facts"]["kimi_gpu_summary"]
-    assert out["changed"] is False and out["ansible_facts"]["kimi_gpus"] == []
+    summary = out["ansible_facts"]["nvidia_gpu_summary"]
+    assert out["changed"] is False and out["ansible_facts"]["nvidia_gpus"] == []
     assert (summary["status"], summary["driver_loaded"], summary["nvidia_smi_found"]) == ("no_driver", False, True)
     assert (summary["pci_gpu_count"], summary["pci_gpus"]) == (2, ["0000:01:00.0", "0000:21:00.0"])
     assert summary["driver_version"] is None and summary["open_kernel_module"] is None
@@ -197,7 +197,7 @@ def test_no_nvidia_smi(tmp_path):
     host = Host(tmp_path)
     host.driver("580.95.05", is_open=False)
     host.pci(["0000:00:06.0"])
-    summary = host.run(nvidia_smi=str(tmp_path / "bin" / "missing"))["ansible_facts"]["kimi_gpu_summary"]
+    summary = host.run(nvidia_smi=str(tmp_path / "bin" / "missing"))["ansible_facts"]["nvidia_gpu_summary"]
     assert (summary["status"], summary["nvidia_smi_found"], summary["driver_loaded"]) == ("no_nvidia_smi", False, True)
     assert (summary["driver_version"], summary["open_kernel_module"]) == ("580.95.05", False)
     assert summary["message"].startswith(str(tmp_path / "bin" / "missing") + " was not found; NVIDIA kernel module 580.95.05")
@@ -205,7 +205,7 @@ def test_no_nvidia_smi(tmp_path):
 
 def test_no_nvidia_smi_on_path(tmp_path):
     host = Host(tmp_path)
-    summary = host.run(nvidia_smi="kimi-no-such-nvidia-smi")["ansible_facts"]["kimi_gpu_summary"]
+    summary = host.run(nvidia_smi="kimi-no-such-nvidia-smi")["ansible_facts"]["nvidia_gpu_summary"]
     assert summary["status"] == "no_nvidia_smi" and summary["driver_loaded"] is False
     assert summary["message"] == ("kimi-no-such-nvidia-smi was not found; no NVIDIA kernel module is loaded; "
                                   "no NVIDIA GPU on the PCI bus")
@@ -227,7 +227,12 @@ def test_replay_of_the_real_device(tmp_path):
             host.pci([address], vendor, klass)
     with open(os.path.join(CAPTURE, "gpu_facts.json")) as handle:
         recorded = json.load(handle)
-    assert host.run() == recorded
+    # Captured before the facts were renamed (kimi_gpus, kimi_gpu_summary): same values under the new names, and
+    # as the plain return values gpus and summary.
+    gpus, summary = recorded["ansible_facts"]["kimi_gpus"], recorded["ansible_facts"]["kimi_gpu_summary"]
+    expected = dict(recorded, gpus=gpus, summary=summary,
+                    ansible_facts={"nvidia_gpus": gpus, "nvidia_gpu_summary": summary})
+    assert host.run() == expected
 
 
 @pytest.mark.parametrize("body, words", [
@@ -250,7 +255,7 @@ def test_version_mismatch_is_an_error_status(tmp_path):
     host.driver("580.95.05")
     script(host.bin / "nvidia-smi", 'echo "Failed to initialize NVML: Driver/library version mismatch"\n'
                                     'echo "NVML library version: 580.126"\nexit 18\n')
-    summary = host.run()["ansible_facts"]["kimi_gpu_summary"]
+    summary = host.run()["ansible_facts"]["nvidia_gpu_summary"]
     assert (summary["status"], summary["driver_loaded"], summary["driver_version"]) == ("error", True, "580.95.05")
     assert "reboot" in summary["message"]
 
@@ -262,7 +267,7 @@ def test_unreadable_topology_warns(tmp_path):
            '1, A, GPU-b, 00000000:02:00.0, 12.0, 97887, Enabled, 580.1\\n";;\n'
            '  topo) echo "ERROR: topology unavailable"; exit 3;;\n  *) exit 2;;\nesac\n')
     out = host.run()
-    summary = out["ansible_facts"]["kimi_gpu_summary"]
+    summary = out["ansible_facts"]["nvidia_gpu_summary"]
     assert summary["status"] == "ok" and summary["interconnect"] is None and summary["cuda_version"] is None
     assert any("topo -m failed (exit 3)" in str(w) for w in out["warnings"])
 
@@ -272,3 +277,23 @@ def test_hung_nvidia_smi_times_out(tmp_path):
     script(host.bin / "nvidia-smi", "exec sleep 30\n")
     out = host.run(timeout=1)
     assert out["failed"] is True and "did not answer within 1 seconds" in out["msg"]
+
+
+def test_facts_and_return_values(tmp_path):
+    """Generic NVIDIA facts, and the same values as return values a role can register."""
+    out = double_host(tmp_path, "h100-x4")[0].run()
+    assert set(out["ansible_facts"]) == {"nvidia_gpus", "nvidia_gpu_summary"}
+    assert out["gpus"] == out["ansible_facts"]["nvidia_gpus"] and len(out["gpus"]) == 4
+    assert out["summary"] == out["ansible_facts"]["nvidia_gpu_summary"] and out["summary"]["count"] == 4
+
+
+@pytest.mark.parametrize("timeout", [-1, -60])
+def test_negative_timeout_is_refused(tmp_path, timeout):
+    out = double_host(tmp_path, "h100-x1")[0].run(timeout=timeout)
+    assert out["failed"] is True
+    assert out["msg"] == ("timeout=%d is not allowed: use 0 to disable the limit, or a positive number of seconds"
+                          % timeout)
+
+
+def test_zero_timeout_disables_the_limit(tmp_path):
+    assert double_host(tmp_path, "h100-x1")[0].run(timeout=0)["summary"]["status"] == "ok"
