@@ -25,7 +25,7 @@ description:
 options:
   _input:
     description:
-      - A resolved deployment (the C(kimi_deployment) fact, or any result of the C(kimi.deploy.deployment) filter):
+      - A resolved deployment (the C(kimi_deployment) fact, or any result of the C(kimi.deploy.deployment) filter);
         its C(argv) is returned as it is.
       - Or deployment inputs, the keys the C(kimi.deploy.deployment) filter takes (C(quant) and C(engine) required;
         C(kv_cache_dtype), C(moe_backend), C(tp), C(host), C(port), C(served_model_name), C(context_length),

@@ -52,7 +52,7 @@ def test_nvidia_host_knows_nothing_about_kimi():
 
 
 def test_site_inputs_are_documented_in_one_spec():
-    with open(os.path.join(ROOT, "playbooks", "site_argument_specs.yml")) as handle:
+    with open(os.path.join(ROOT, "playbooks", "vars", "site_argument_specs.yml")) as handle:
         options = yaml.safe_load(handle)["argument_specs"]["site"]["options"]
     with open(os.path.join(ROOT, "playbooks", "tasks", "resolve_deployment.yml")) as handle:
         resolve = handle.read()
