@@ -175,3 +175,15 @@ def test_plan_keeps_the_old_image_variable_with_a_deprecation_warning():
     assert rc == 0, out
     assert "DEPRECATION: kimi_image is deprecated" in out and "kimi_engine_image" in out
     assert "image: mirror.example/vllm-openai:v0.22.1" in out
+
+
+def test_site_preflight_refuses_api_keys_given_as_a_string(tmp_path):
+    """A role's checks run in site.yml's preflight: a string where a list of keys belongs (-e key=value gives a
+    string) is refused there, naming the variable, before any change, and the value is never printed."""
+    inventory = local_inventory(tmp_path)
+    rc, out = playbook("-i", str(inventory), "site.yml", "-e", RTX, "-e", "kimi_int4_revision=" + SHA,
+                       "-e", "caddy_proxy_api_keys=" + "k" * 40)
+    assert rc != 0
+    assert "caddy_proxy_api_keys must be a list of keys" in out and "(got a str, not a list)" in out, out
+    assert ("k" * 40) not in out  # no_log in the spec: the value is never printed
+    assert "Turn the host into a GPU container host" not in out
