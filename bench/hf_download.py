@@ -78,7 +78,7 @@ def parse_size(text):
 
 
 def human(count):
-    """The module's own unit formatting (plugins/module_utils/_hf_cache.py)."""
+    """The collection's one byte formatter (_hf_cache.human_size, decimal units), as the module and job_progress print."""
     if COLLECTIONS not in sys.path:
         sys.path.insert(0, COLLECTIONS)
     from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import human_size  # pylint: disable=import-error

@@ -16,17 +16,9 @@ import time
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import human_size
 
 display = Display()
-
-
-def human_bytes(count):
-    value = float(count or 0)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            return "%.1f %s" % (value, unit)
-        value /= 1000.0
-    return "%d B" % count
 
 
 def human_seconds(seconds):
@@ -48,8 +40,8 @@ def progress_line(progress):
     done = progress.get("bytes_done") or 0
     pct = 100.0 * done / total if total else 0.0
     return "%s %s / %s (%.1f%%), %s/s, ETA %s, files %s/%s" % (
-        progress.get("state", "?"), human_bytes(done), human_bytes(total), pct,
-        human_bytes(progress.get("rate_bytes_per_s")), human_seconds(progress.get("eta_s")),
+        progress.get("state", "?"), human_size(done), human_size(total), pct,
+        human_size(progress.get("rate_bytes_per_s")), human_seconds(progress.get("eta_s")),
         progress.get("files_done", "?"), progress.get("files_total", "?"))
 
 

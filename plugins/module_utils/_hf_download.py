@@ -10,7 +10,11 @@ How it talks to the hub (protocol notes: HF_HUB.md in the project notes):
 - re-resolve on 403/410 from the CDN (expired signature); honour 429 Retry-After / RateLimit; retry 5xx and
   dropped connections with backoff; a partial blob keeps a list of completed byte intervals beside it, so a run
   killed at any point resumes with nothing re-fetched but the bytes since the last state save;
-- hash each blob (sha256 = lfs.oid, or git blob sha1 = oid) once complete, then rename it into place.
+- fail at once on what no retry can fix (curl exits in CURL_PERMANENT: a malformed URL, a host that does not resolve,
+  a TLS certificate that does not verify); Hub(connect_retries=1) lets the plan give up on an unreachable endpoint
+  after one retry, while the download keeps its patient retries for transient faults;
+- hand each complete blob to the caller's hash pool (PartialBlob.land), which checks it and puts it in place;
+- keep the progress document that kimi.deploy.job_progress prints (Progress).
 
 The token goes only to the hub's origin, in curl's config on stdin: never in argv, never to the CDN, never logged.
 """
@@ -38,9 +42,8 @@ except ImportError:  # pragma: no cover - Python 2 is not supported by this coll
     from urlparse import urljoin, urlsplit  # type: ignore
     from urllib import quote  # type: ignore
 
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import (
-    CacheError, SHA_RE, SHA256_RE, atomic_write, hash_file, safe_relpath,
-)
+from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import CacheError, atomic_write, safe_relpath
+from ansible_collections.kimi.deploy.plugins.module_utils._validate import SHA256_RE, SHA_RE, full_match
 
 USER_AGENT = "kimi.deploy-hf_snapshot/1.0 (curl)"
 RETRY_STATUSES = (408, 429, 500, 502, 503, 504)
@@ -50,6 +53,16 @@ READ_BLOCK = 1 << 20
 PIPE_SIZE = 1 << 20
 # A kill -9 re-fetches at most this many seconds of each blob's progress (the state file is small and not fsynced).
 STATE_SAVE_INTERVAL = 0.25
+# curl exits that no retry can fix: the URL or the site's configuration is wrong (curl's man page, EXIT CODES).
+CURL_PERMANENT = {
+    1: "curl does not support the URL's protocol",
+    3: "the URL is malformed",
+    5: "cannot resolve the proxy's host",
+    6: "cannot resolve the host",
+    58: "the TLS client certificate is unusable",
+    60: "the server's TLS certificate cannot be verified (set ca_bundle for a private CA)",
+    77: "cannot read the CA bundle (ca_bundle)",
+}
 
 
 class HubError(CacheError):
@@ -57,13 +70,15 @@ class HubError(CacheError):
 
 
 class TransientError(Exception):
-    """A failure worth retrying. wait_s is the server's requested delay, if any; pos is how far a range got."""
+    """A failure worth retrying. wait_s is the server's requested delay, if any; pos is how far a range got;
+    connection is True when curl got no answer at all (refused, timed out, TLS handshake, cut)."""
 
-    def __init__(self, message, wait_s=None, expired=False, pos=None):
+    def __init__(self, message, wait_s=None, expired=False, pos=None, connection=False):
         super(TransientError, self).__init__(message)
         self.wait_s = wait_s
         self.expired = expired
         self.pos = pos
+        self.connection = connection
 
 
 class Response(object):
@@ -246,15 +261,27 @@ class Curl(object):
         try:
             status, reason, headers = read_head(proc.stdout)
             body = b"" if method == "HEAD" else proc.stdout.read(max_body + 1)
-        except TransientError:
+        except TransientError as exc:
             code, err = self.finish(proc)
-            raise TransientError("%s %s: curl exit %d %s" % (method, redact(url), code, err[0]))
+            raise self.failure(method, url, code, err[0] or str(exc))
         code, err = self.finish(proc)
         if code != 0 and method != "HEAD":
-            raise TransientError("%s %s: curl exit %d %s" % (method, redact(url), code, err[0]))
+            raise self.failure(method, url, code, err[0])
         if len(body) > max_body:
             raise HubError("%s %s: response larger than %d bytes" % (method, redact(url), max_body))
         return Response(status, reason, headers, body)
+
+    def failure(self, method, url, code, err, pos=None):
+        """The error for a curl run that got no (whole) answer: HubError when no retry can help, else TransientError."""
+        if origin(url) == self.hub_origin:
+            where = "endpoint %s" % self.endpoint
+        else:
+            where = "the download host %s" % urlsplit(url).hostname
+        if code in CURL_PERMANENT:
+            return HubError("%s %s: %s of %s (curl exit %d: %s). Not retried: fix the URL, DNS, proxy or CA settings." % (
+                method, redact(url), CURL_PERMANENT[code], where, code, err))
+        return TransientError("%s %s: no answer from %s (curl exit %d: %s)" % (method, redact(url), where, code, err),
+                              pos=pos, connection=True)
 
 
 def redact(url):
@@ -276,13 +303,18 @@ def hub_error(resp, what):
 
 
 class Hub(object):
-    """Hub API calls with retries (tree listing, resolve)."""
+    """Hub API calls with retries (tree listing, resolve).
 
-    def __init__(self, curl, repo_id, commit, retries=8, sleep=time.sleep, log=None):
+    connect_retries caps the retries of a request that got no answer at all (the plan uses 1: an endpoint it cannot
+    reach fails in seconds); None gives those the same patience as the rest.
+    """
+
+    def __init__(self, curl, repo_id, commit, retries=8, connect_retries=None, sleep=time.sleep, log=None):
         self.curl = curl
         self.repo_id = repo_id
         self.commit = commit
         self.retries = retries
+        self.connect_retries = connect_retries
         self.sleep = sleep
         self.log = log or (lambda msg: None)
         self.gate = Gate(sleep)
@@ -295,7 +327,10 @@ class Hub(object):
                 return call()
             except TransientError as exc:
                 attempt += 1
-                if attempt > self.retries:
+                limit = self.retries
+                if exc.connection and self.connect_retries is not None:
+                    limit = min(limit, self.connect_retries)
+                if attempt > limit:
                     raise HubError("%s: giving up after %d attempts: %s" % (what, attempt, exc))
                 delay = exc.wait_s if exc.wait_s is not None else backoff_s(attempt)
                 if exc.wait_s is not None:
@@ -377,13 +412,13 @@ def file_entry(entry):
     path = safe_relpath(entry.get("path"))
     size = entry.get("size")
     oid = entry.get("oid")
-    if not isinstance(size, int) or size < 0 or not isinstance(oid, str) or not SHA_RE.match(oid):
+    if not isinstance(size, int) or size < 0 or not full_match(SHA_RE, oid):
         raise HubError("listing: bad entry for %s (size %r, oid %r)" % (path, size, oid))
     lfs = entry.get("lfs") or None
     lfs_sha256 = None
     if lfs:
         lfs_sha256 = lfs.get("oid") or lfs.get("sha256")
-        if not isinstance(lfs_sha256, str) or not SHA256_RE.match(lfs_sha256):
+        if not full_match(SHA256_RE, lfs_sha256):
             raise HubError("listing: bad lfs oid for %s: %r" % (path, lfs_sha256))
     return {
         "path": path,
@@ -441,6 +476,12 @@ def missing_intervals(done, size):
     if pos < size:
         out.append((pos, size))
     return out
+
+
+def partial_bytes(layout, entry):
+    """Bytes of this blob a killed or failed run left in its partial file (the next download keeps them)."""
+    etag = entry["etag"]
+    return sum(b - a for a, b in recorded_intervals(layout.partial(etag), layout.partial_state(etag), entry))
 
 
 def recorded_intervals(path, state_path, entry):
@@ -538,6 +579,27 @@ class PartialBlob(object):
             except OSError:
                 pass
 
+    def land(self, check, install):
+        """The blob is complete: check(path) it (None or the reason it is wrong), then install(path) it in place.
+
+        Returns install's answer, or the reason; a wrong file is discarded, so the next round fetches it again.
+        """
+        if self.fd is not None:
+            os.fsync(self.fd)  # the bytes are on disk before the name says the blob is complete
+        reason = check(self.path)
+        if reason is not None:
+            self.failed = reason
+            self.discard()
+            return reason
+        self.mark_finished()
+        self.close()
+        landed = install(self.path)
+        try:
+            os.unlink(self.state_path)
+        except OSError:
+            pass
+        return landed
+
 
 class Downloader(object):
     """Fetches the missing byte ranges of a set of blobs with `connections` curl processes in parallel."""
@@ -561,6 +623,7 @@ class Downloader(object):
         self.requests = 0
         self.retried = 0
         self.reresolved = 0
+        self.resumed_bytes = 0
 
     def plan(self, blobs):
         for blob in blobs:
@@ -572,6 +635,35 @@ class Downloader(object):
                     blob.pending += 1
                     pos = stop
         self.queue.reverse()  # pop() from the end: files complete in listing order
+
+    def fetch(self, entries, land=None, pool=None):
+        """Open (or resume) a partial blob per listing entry and fetch what each lacks. Each complete blob goes to
+        land(blob) in `pool` (the hash pool) as soon as its last range is in; returns those futures, in completion order.
+        The partial states are saved on the way out, also after a failure: a rerun resumes from them."""
+        futures = []
+        if land is not None:
+            def done(blob):
+                future = pool.submit(land, blob)
+                with self.lock:
+                    futures.append(future)
+            self.on_blob_done = done
+        partials = []
+        try:
+            for entry in entries:
+                blob = PartialBlob(self.layout, entry)
+                blob.open()
+                partials.append(blob)
+            self.resumed_bytes = sum(b.resumed_bytes for b in partials)
+            self.run(partials)
+        finally:
+            for blob in partials:
+                blob.save(force=True)
+                if blob.pending:
+                    blob.close()  # complete ones are closed by land()
+        return futures
+
+    def counters(self):
+        return {"range_requests": self.requests, "retries": self.retried, "reresolved": self.reresolved}
 
     def run(self, blobs):
         self.plan(blobs)
@@ -659,6 +751,12 @@ class Downloader(object):
         pos = start
         try:
             status, _reason, headers = read_head(proc.stdout)
+        except TransientError as exc:
+            if proc.poll() is None:
+                proc.kill()
+            code, err = self.curl.finish(proc)
+            raise self.curl.failure("GET", url, code, err[0] or str(exc))
+        try:
             if status == 206:
                 match = re.match(r"^bytes\s+(\d+)-(\d+)/(\d+|\*)$", headers.get("content-range", ""))
                 if not match or int(match.group(1)) != start or int(match.group(2)) != end - 1:
@@ -708,24 +806,84 @@ class Downloader(object):
                 proc.kill()
             code, err = self.curl.finish(proc)
         if pos < end:
+            if code in CURL_PERMANENT:
+                raise self.curl.failure("GET", url, code, err[0])
             raise TransientError("connection dropped at byte %d of %d-%d (curl exit %d %s)" % (pos, start, end - 1, code, err[0]),
                                  pos=pos)
         return pos
 
 
-def verify_blob(path, entry, mode):
-    """None when the file at path is the blob the listing describes, else the reason it is not."""
-    try:
-        size = os.path.getsize(path)
-    except OSError as exc:
-        return "cannot read: %s" % exc
-    if size != entry["size"]:
-        return "size %d, expected %d" % (size, entry["size"])
-    if mode == "size":
-        return None
-    kind = "sha256" if entry["hash_kind"] == "sha256" else "sha1"
-    digest = hash_file(path, kind, entry["size"])
-    expected = entry["lfs_sha256"] if kind == "sha256" else entry["oid"]
-    if digest != expected:
-        return "%s %s, expected %s" % (kind, digest, expected)
-    return None
+class Progress(object):
+    """Counters shared by the workers; a thread rewrites progress_file from them about once a second.
+
+    The document's keys (state, files_*, bytes_*, rate_bytes_per_s, eta_s) are what kimi.deploy.job_progress prints.
+    """
+
+    def __init__(self, path, repo_id, commit):
+        self.path = path
+        self.lock = threading.Lock()
+        self.data = {"repo_id": repo_id, "commit": commit, "state": "starting", "files_total": 0, "files_done": 0,
+                     "bytes_total": 0, "bytes_done": 0, "bytes_downloaded": 0, "rate_bytes_per_s": 0.0, "eta_s": None,
+                     "started": time.time(), "pid": os.getpid()}
+        self.samples = []
+        self.downloader = None
+        self.base_done = 0
+        self.stop_event = threading.Event()
+        self.thread = None
+
+    def set(self, **kwargs):
+        with self.lock:
+            self.data.update(kwargs)
+
+    def add(self, key, value):
+        with self.lock:
+            self.data[key] += value
+
+    def snapshot(self):
+        with self.lock:
+            data = dict(self.data)
+        if self.downloader is not None:
+            data["bytes_downloaded"] = self.downloader.bytes_downloaded
+            data["bytes_done"] = self.base_done + self.downloader.bytes_downloaded
+        now = time.time()
+        self.samples.append((now, data["bytes_downloaded"]))
+        self.samples = [s for s in self.samples if now - s[0] <= 10.0]
+        if len(self.samples) > 1 and self.samples[-1][0] > self.samples[0][0]:
+            rate = (self.samples[-1][1] - self.samples[0][1]) / (self.samples[-1][0] - self.samples[0][0])
+        else:
+            rate = 0.0
+        data["rate_bytes_per_s"] = round(rate, 1)
+        left = max(0, data["bytes_total"] - data["bytes_done"])
+        data["eta_s"] = round(left / rate, 1) if rate > 0 else None
+        data["updated"] = now
+        data["elapsed_s"] = round(now - data["started"], 1)
+        return data
+
+    def write(self):
+        if not self.path:
+            return
+        try:
+            atomic_write(self.path, json.dumps(self.snapshot(), sort_keys=True).encode("utf-8"))
+        except (IOError, OSError):
+            pass  # progress is advisory; the download must not fail because of it
+
+    def start(self):
+        if not self.path:
+            return
+        folder = os.path.dirname(self.path)
+        if folder and not os.path.isdir(folder):
+            os.makedirs(folder, 0o755)
+
+        def loop():
+            while not self.stop_event.wait(1.0):
+                self.write()
+        self.thread = threading.Thread(target=loop, name="kimi-progress")
+        self.thread.daemon = True
+        self.thread.start()
+
+    def stop(self, state):
+        self.set(state=state)
+        self.stop_event.set()
+        if self.thread:
+            self.thread.join()
+        self.write()

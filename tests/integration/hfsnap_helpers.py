@@ -44,10 +44,10 @@ def parse_result(stdout, stderr, returncode):
         raise AssertionError("module printed no JSON (rc %s):\nstdout: %s\nstderr: %s" % (returncode, stdout[-3000:], stderr[-3000:]))
 
 
-def run_module(tmp_dir, args, check_mode=False, expect_ok=True, timeout=120):
-    """Run hf_snapshot once; returns (result dict, raw stdout)."""
-    proc = subprocess.run(module_argv(tmp_dir, args, check_mode), env=clean_env(), capture_output=True, text=True,
-                          timeout=timeout, check=False)
+def run_module(tmp_dir, args, check_mode=False, expect_ok=True, timeout=120, env=None):
+    """Run hf_snapshot once (env: variables to set or override); returns (result dict, raw stdout)."""
+    proc = subprocess.run(module_argv(tmp_dir, args, check_mode), env=clean_env(**(env or {})), capture_output=True,
+                          text=True, timeout=timeout, check=False)
     result = parse_result(proc.stdout, proc.stderr, proc.returncode)
     if expect_ok:
         assert proc.returncode == 0 and not result.get("failed"), "module failed: %s\nstderr: %s" % (

@@ -42,7 +42,8 @@ def clean_hub(request):
 
 
 def module_args(hub, tmp_path, repo=KIMI, **extra):
-    args = {"repo_id": repo, "revision": hub.commits[repo], "hf_home": str(tmp_path / "hf"), "endpoint": hub.url,
+    """The module's arguments against the fake hub (hub=None: the test gives endpoint and revision)."""
+    args = {"repo_id": repo, "revision": hub and hub.commits[repo], "hf_home": str(tmp_path / "hf"), "endpoint": hub and hub.url,
             "chunk_size": MiB, "connections": 4, "progress_file": str(tmp_path / "progress.json")}
     args.update(extra)
     return args
@@ -513,28 +514,93 @@ def test_token_reaches_only_the_hub_and_never_a_command_line_result_or_file(hub,
 
 
 # ------------------------------------------------------------------------------------------------ refusals
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
 @pytest.mark.parametrize("field, value, words", [
-    ("revision", "main", ["40-hex", "/api/models/%s/revision/main" % KIMI]),
+    ("revision", "main", ["revision='main' is not a 40-hex commit sha", "/api/models/%s/revision/main" % KIMI]),
     ("revision", "abc123", ["40-hex"]),
+    ("revision", "v1.0", ["40-hex"]),
+    ("revision", SHA[:12], ["40-hex"]),
+    ("revision", SHA + "0", ["40-hex"]),
+    ("revision", SHA + "\n", ["revision='%s\\n' is not a 40-hex commit sha" % SHA]),  # full match: no snapshots/<sha>\n
+    ("revision", SHA.upper(), ["revision='%s' must be written in lower case" % SHA.upper(), SHA]),
     ("repo_id", "not a repo", ["repo_id", "org/name"]),
     ("repo_id", "../../etc/passwd", ["repo_id"]),
+    ("repo_id", KIMI + "\n", ["repo_id=", "org/name"]),
+    ("connections", 0, ["connections must be between 1 and 64, got 0"]),
+    ("connections", 65, ["connections must be between 1 and 64, got 65"]),
+    ("chunk_size", 4096, ["chunk_size must be between 1048576 and 17179869184, got 4096"]),
+    ("min_free_bytes", -1, ["min_free_bytes must be between 0 and"]),
+    ("endpoint", "ftp://hub.test", ["endpoint must be an http(s) URL", "ftp://hub.test"]),
+    ("endpoint", "http://", ["endpoint must be an http(s) URL"]),
+    ("endpoint", "https://hub test", ["endpoint must be an http(s) URL"]),
+    ("hf_home", "relative/hf", ["hf_home='relative/hf' must be an absolute path"]),
+    ("mode", "rw-r--r--", ["mode must be an octal file mode"]),
+    ("owner", "no-such-user-kimi", ["owner='no-such-user-kimi': no such user"]),
 ])
-def test_refuses_bad_input_before_any_request(hub, tmp_path, field, value, words):
-    result, unused = run_module(tmp_path, module_args(hub, tmp_path, **{field: value}), expect_ok=False)
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_refuses_bad_input_before_any_request_naming_the_option(hub, tmp_path, field, value, words, check_mode):
+    result, unused = run_module(tmp_path, module_args(hub, tmp_path, **{field: value}), check_mode=check_mode, expect_ok=False)
     for word in words:
         assert word in result["msg"], result["msg"]
+    assert result["option"] == field
     assert hub.requests() == []
     assert not (tmp_path / "hf").exists()
 
 
-def test_refuses_when_min_free_bytes_would_not_stay_free(hub, tmp_path):
+def test_refuses_an_hf_home_under_a_file(hub, tmp_path):
+    (tmp_path / "file").write_text("x")
+    home = tmp_path / "file" / "hf"
+    result, unused = run_module(tmp_path, module_args(hub, tmp_path, hf_home=str(home)), check_mode=True, expect_ok=False)
+    assert result["msg"] == "hf_home=%s: %s is not a directory" % (home, tmp_path / "file") and result["option"] == "hf_home"
+    assert hub.requests() == []
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_refuses_when_min_free_bytes_would_not_stay_free(hub, tmp_path, check_mode):
     home = tmp_path / "hf"
-    result, unused = run_module(tmp_path, module_args(hub, tmp_path, min_free_bytes=1 << 60), expect_ok=False)
-    assert "min_free_bytes" in result["msg"] and "not enough disk space" in result["msg"], result["msg"]
+    result, unused = run_module(tmp_path, module_args(hub, tmp_path, min_free_bytes=1 << 60), check_mode=check_mode,
+                                expect_ok=False)
+    disk = result["disk"]
+    assert disk["need_bytes"] == total_size(hub) and disk["min_free_bytes"] == 1 << 60 and disk["ok"] is False
+    assert disk["path"] == str(tmp_path if check_mode else home / "hub" / ("models--" + KIMI.replace("/", "--")))
+    assert result["msg"].startswith("not enough disk space for hf_home=%s: " % home), result["msg"]
+    assert "min_free_bytes=" in result["msg"] and "missing to download" in result["msg"]
     log = hub.requests()
     assert [r for r in log if r["role"] == "cdn"] == [] and body_requests(log) == []
     blobs = os.path.join(repo_dir(home, KIMI), "blobs")
     assert not os.path.isdir(blobs) or os.listdir(blobs) == []
+    assert check_mode is False or not home.exists()
+
+
+# ------------------------------------------------------------------------------------------------ unreachable hubs
+def test_plan_fails_fast_on_a_closed_port_with_one_retry(tmp_path):
+    started = time.time()
+    result, unused = run_module(tmp_path, module_args(None, tmp_path, endpoint="http://127.0.0.1:1", revision=SHA),
+                                check_mode=True, expect_ok=False, timeout=60)
+    assert time.time() - started < 30, "the plan must fail within seconds"
+    assert "giving up after 2 attempts" in result["msg"], result["msg"]
+    assert "no answer from endpoint http://127.0.0.1:1" in result["msg"] and "curl exit 7" in result["msg"]
+    assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_a_host_that_does_not_resolve_is_not_retried(tmp_path, check_mode):
+    started = time.time()
+    result, unused = run_module(tmp_path, module_args(None, tmp_path, endpoint="http://nonexistent.invalid", revision=SHA),
+                                check_mode=check_mode, expect_ok=False, timeout=60)
+    assert time.time() - started < 15, "no retry, no backoff"
+    assert "cannot resolve the host of endpoint http://nonexistent.invalid (curl exit 6" in result["msg"], result["msg"]
+    assert "Not retried" in result["msg"] and "giving up" not in result["msg"]
+
+
+def test_plan_without_curl_says_how_to_install_it(hub, tmp_path):
+    result, unused = run_module(tmp_path, module_args(hub, tmp_path), check_mode=True, expect_ok=False,
+                                env={"PATH": str(tmp_path / "no-bin")})
+    assert result["msg"].startswith("curl is missing on the host") and "apt-get install curl" in result["msg"]
+    assert "check mode" in result["msg"]
+    assert hub.requests() == []
 
 
 def test_private_repo_without_token_fails_with_a_clear_message(hub, tmp_path):
@@ -547,9 +613,11 @@ def test_private_repo_without_token_fails_with_a_clear_message(hub, tmp_path):
 def test_check_mode_reports_and_writes_nothing(hub, tmp_path):
     home = tmp_path / "hf"
     man = manifest(hub, KIMI)
-    plan, unused = run_module(tmp_path, module_args(hub, tmp_path), check_mode=True)
+    plan, unused = run_module(tmp_path, module_args(hub, tmp_path, min_free_bytes=1000), check_mode=True)
     assert plan["changed"] and plan["files_fetched"] == sorted(man)
     assert plan["bytes_downloaded"] == plan["bytes_total"] == total_size(hub)
+    assert plan["disk"]["need_bytes"] == total_size(hub) and plan["disk"]["min_free_bytes"] == 1000
+    assert plan["disk"]["ok"] is True and plan["disk"]["free_bytes"] > 0 and plan["disk"]["path"] == str(tmp_path)
     assert not home.exists() and not (tmp_path / "progress.json").exists()
     assert body_requests(hub.requests()) == []
 

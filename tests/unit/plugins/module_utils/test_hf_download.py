@@ -1,6 +1,7 @@
-"""The pure parts of the curl downloader and the cache layout: HTTP heads, Link, Retry-After, intervals, curl config."""
+"""The pure parts of the curl downloader: HTTP heads, Link, Retry-After, intervals, curl config, which failures are
+retried and how often (the cache layout and its writer: test_hf_cache.py)."""
 import io
-import os
+import shutil
 
 import pytest
 
@@ -91,31 +92,73 @@ def test_redact_drops_signed_query_strings():
     assert dl.redact("https://cdn/x?Expires=1&Signature=s") == "https://cdn/x"
 
 
-@pytest.mark.parametrize("revision", ["main", "v1.0", SHA[:12], SHA.upper(), SHA + "0"])
-def test_only_a_full_commit_is_a_revision(revision):
-    with pytest.raises(cache.CacheError, match="40-hex.*api/models/org/name/revision/main"):
-        cache.check_revision(revision, "org/name")
+# ------------------------------------------------------------------------------------------------ failures and retries
+class FakeCurl(object):
+    """Stands in for Curl in Hub: every request fails with the given error; counts the attempts."""
+
+    endpoint = "http://hub.test"
+
+    def __init__(self, error):
+        self.error = error
+        self.calls = 0
+
+    def request(self, url, method="GET", max_time=300):
+        self.calls += 1
+        raise self.error
 
 
-def test_pointer_targets_are_relative_per_depth():
-    assert cache.pointer_target("config.json", "e") == "../../blobs/e"
-    assert cache.pointer_target("docs/a/b.md", "e") == "../../../../blobs/e"
+def refused():
+    return dl.TransientError("no answer (curl exit 7)", connection=True)
 
 
-def test_filter_paths_matches_huggingface_hub_rules():
-    paths = ["a.json", "docs/x.md", "m.safetensors", "sub/b.json"]
-    assert cache.filter_paths(paths, ["*.json"]) == ["a.json", "sub/b.json"]
-    assert cache.filter_paths(paths, None, ["docs/"]) == ["a.json", "m.safetensors", "sub/b.json"]
+@pytest.mark.parametrize("connect_retries, attempts", [(None, 6), (1, 2), (0, 1)])
+def test_connection_failures_get_connect_retries_when_set(connect_retries, attempts):
+    curl = FakeCurl(refused())
+    sleeps = []
+    hub = dl.Hub(curl, "org/name", SHA, retries=5, connect_retries=connect_retries, sleep=sleeps.append)
+    with pytest.raises(dl.HubError, match="giving up after %d attempts: no answer" % attempts):
+        hub.list_files()
+    assert curl.calls == attempts
+    assert all(delay <= 1.25 for delay in sleeps[:1]), "the first retry comes within about a second"
 
 
-def test_git_blob_hash_matches_git(tmp_path):
-    path = tmp_path / "f"
-    path.write_bytes(b"hello\n")
-    # `printf 'hello\n' | git hash-object --stdin`
-    assert cache.hash_file(str(path), "sha1", 6) == "ce013625030ba8dba906f756967f9e9ca394464a"
+def test_http_errors_keep_their_retries_in_plan_mode():
+    """connect_retries caps only requests that got no answer; a 503 keeps the normal patience."""
+    curl = FakeCurl(dl.TransientError("HTTP 503"))
+    hub = dl.Hub(curl, "org/name", SHA, retries=3, connect_retries=1, sleep=lambda s: None)
+    with pytest.raises(dl.HubError, match="giving up after 4 attempts"):
+        hub.list_files()
 
 
-def test_atomic_write_leaves_no_temporary_file(tmp_path):
-    cache.atomic_write(str(tmp_path / "refs"), b"x" * 40, mode=0o640)
-    assert os.listdir(str(tmp_path)) == ["refs"]
-    assert oct(os.stat(str(tmp_path / "refs")).st_mode & 0o777) == "0o640"
+def test_errors_no_retry_can_fix_are_raised_at_once():
+    curl = FakeCurl(dl.HubError("cannot resolve the host"))
+    hub = dl.Hub(curl, "org/name", SHA, retries=10, sleep=lambda s: pytest.fail("slept before a retry"))
+    with pytest.raises(dl.HubError, match="cannot resolve the host"):
+        hub.list_files()
+    assert curl.calls == 1
+
+
+@pytest.mark.parametrize("code, permanent", [(3, True), (6, True), (60, True), (7, False), (28, False), (35, False), (56, False)])
+def test_curl_exit_codes_are_classified(code, permanent):
+    curl = dl.Curl("/usr/bin/curl", "https://hub.test")
+    error = curl.failure("GET", "https://hub.test/api/models/a/b/tree/x?cursor=secret", code, "curl: (%d) boom" % code)
+    assert isinstance(error, dl.HubError if permanent else dl.TransientError)
+    assert "endpoint https://hub.test" in str(error) and "curl exit %d" % code in str(error)
+    assert "secret" not in str(error)
+    assert permanent or error.connection
+    cdn = curl.failure("GET", "https://cdn.test/blob?Signature=s", code, "x")
+    assert "the download host cdn.test" in str(cdn) and "Signature" not in str(cdn)
+
+
+@pytest.mark.skipif(not shutil.which("curl"), reason="needs curl")
+@pytest.mark.parametrize("endpoint, error, words", [
+    ("http://127.0.0.1:1", dl.TransientError, ["no answer from endpoint http://127.0.0.1:1", "curl exit 7"]),
+    ("http://nonexistent.invalid", dl.HubError, ["cannot resolve the host of endpoint http://nonexistent.invalid",
+                                                 "curl exit 6", "Not retried"]),
+])
+def test_real_curl_failures(endpoint, error, words):
+    curl = dl.Curl(shutil.which("curl"), endpoint, connect_timeout=5)
+    with pytest.raises(error) as info:
+        curl.request(endpoint + "/api/models/a/b/tree/" + SHA)
+    for word in words:
+        assert word in str(info.value)
