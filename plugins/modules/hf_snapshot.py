@@ -280,9 +280,8 @@ from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import (
     BlobChecker, CacheError, CacheWriter, Layout, check_hf_home, classify, default_hf_home, disk_message, disk_report,
     fast_check, filter_paths, load_record, owner_ids, parse_mode, selection_key,
 )
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_download import (
-    Curl, Downloader, Hub, Progress, partial_bytes,
-)
+from ansible_collections.kimi.deploy.plugins.module_utils._hf_download import Downloader, Progress, partial_bytes
+from ansible_collections.kimi.deploy.plugins.module_utils._hf_hub import Curl, Hub
 from ansible_collections.kimi.deploy.plugins.module_utils._validate import (
     DEFAULT_ENDPOINT, ValueRuleError, check_repo_id, check_revision,
 )

@@ -7,6 +7,7 @@ import pytest
 
 from ansible_collections.kimi.deploy.plugins.module_utils import _hf_cache as cache
 from ansible_collections.kimi.deploy.plugins.module_utils import _hf_download as dl
+from ansible_collections.kimi.deploy.plugins.module_utils import _hf_hub as hf_hub
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 
@@ -15,17 +16,17 @@ def test_read_head_skips_interim_responses_and_keeps_every_link():
     raw = (b"HTTP/1.1 100 Continue\r\n\r\n"
            b"HTTP/2 206 \r\ncontent-range: bytes 0-9/100\r\nLink: <a>; rel=\"prev\"\r\nLink: <b>; rel=\"next\"\r\n\r\nBODY")
     stream = io.BytesIO(raw)
-    status, unused, headers = dl.read_head(stream)
+    status, unused, headers = hf_hub.read_head(stream)
     assert status == 206
     assert headers["content-range"] == "bytes 0-9/100"
-    assert dl.next_link(headers["link"]) == "b"
+    assert hf_hub.next_link(headers["link"]) == "b"
     assert stream.read() == b"BODY"
 
 
 @pytest.mark.parametrize("raw", [b"", b"garbage\r\n\r\n"])
 def test_read_head_refuses_what_is_not_http(raw):
-    with pytest.raises(dl.TransientError):
-        dl.read_head(io.BytesIO(raw))
+    with pytest.raises(hf_hub.TransientError):
+        hf_hub.read_head(io.BytesIO(raw))
 
 
 @pytest.mark.parametrize("header,expected", [
@@ -35,7 +36,7 @@ def test_read_head_refuses_what_is_not_http(raw):
     (None, None),
 ])
 def test_next_link(header, expected):
-    assert dl.next_link(header) == expected
+    assert hf_hub.next_link(header) == expected
 
 
 @pytest.mark.parametrize("headers,expected", [
@@ -45,11 +46,11 @@ def test_next_link(header, expected):
     ({}, 3.0),
 ])
 def test_retry_after(headers, expected):
-    assert dl.retry_after_s(headers, 3.0) == expected
+    assert hf_hub.retry_after_s(headers, 3.0) == expected
 
 
 def test_retry_after_http_date_is_in_the_future():
-    assert 0 <= dl.retry_after_s({"retry-after": "Wed, 21 Oct 2099 07:28:00 GMT"}) > 3600
+    assert 0 <= hf_hub.retry_after_s({"retry-after": "Wed, 21 Oct 2099 07:28:00 GMT"}) > 3600
 
 
 def test_intervals_merge_and_complement():
@@ -61,16 +62,16 @@ def test_intervals_merge_and_complement():
 
 
 def test_the_token_goes_to_the_hub_origin_only_and_never_to_argv():
-    curl = dl.Curl("/usr/bin/curl", "https://huggingface.co", token='hf_"x\\')
+    curl = hf_hub.Curl("/usr/bin/curl", "https://huggingface.co", token='hf_"x\\')
     hub = curl.config("https://huggingface.co/api/models/a/b/tree/" + SHA).decode()
     assert 'header = "Authorization: Bearer hf_\\"x\\\\"' in hub
     for other in ("https://cdn-lfs.hf.co/repos/x", "http://huggingface.co/x", "https://huggingface.co:8443/x"):
         assert "Authorization" not in curl.config(other).decode()
-    assert dl.Curl("/usr/bin/curl", "https://huggingface.co").config("https://huggingface.co/x").count(b"Authorization") == 0
+    assert hf_hub.Curl("/usr/bin/curl", "https://huggingface.co").config("https://huggingface.co/x").count(b"Authorization") == 0
 
 
 def test_curl_config_quotes_and_ranges():
-    curl = dl.Curl("/usr/bin/curl", "http://127.0.0.1:1")
+    curl = hf_hub.Curl("/usr/bin/curl", "http://127.0.0.1:1")
     text = curl.config('http://localhost:2/a"b', byte_range=(5, 9)).decode()
     assert 'url = "http://localhost:2/a\\"b"' in text
     assert 'header = "Range: bytes=5-9"' in text
@@ -78,18 +79,18 @@ def test_curl_config_quotes_and_ranges():
 
 
 def test_file_entry_takes_the_lfs_sha256_as_etag_and_refuses_bad_entries():
-    lfs = dl.file_entry({"type": "file", "path": "m.safetensors", "size": 3, "oid": SHA, "lfs": {"oid": "a" * 64, "size": 3}})
+    lfs = hf_hub.file_entry({"type": "file", "path": "m.safetensors", "size": 3, "oid": SHA, "lfs": {"oid": "a" * 64, "size": 3}})
     assert (lfs["etag"], lfs["hash_kind"]) == ("a" * 64, "sha256")
-    git = dl.file_entry({"type": "file", "path": "c.json", "size": 3, "oid": SHA})
+    git = hf_hub.file_entry({"type": "file", "path": "c.json", "size": 3, "oid": SHA})
     assert (git["etag"], git["hash_kind"]) == (SHA, "git-sha1")
     for bad in ({"path": "../x", "size": 1, "oid": SHA}, {"path": "x", "size": -1, "oid": SHA},
                 {"path": "x", "size": 1, "oid": "nothex"}, {"path": "x", "size": 1, "oid": SHA, "lfs": {"oid": "short"}}):
         with pytest.raises(cache.CacheError):
-            dl.file_entry(dict(bad, type="file"))
+            hf_hub.file_entry(dict(bad, type="file"))
 
 
 def test_redact_drops_signed_query_strings():
-    assert dl.redact("https://cdn/x?Expires=1&Signature=s") == "https://cdn/x"
+    assert hf_hub.redact("https://cdn/x?Expires=1&Signature=s") == "https://cdn/x"
 
 
 # ------------------------------------------------------------------------------------------------ failures and retries
@@ -108,15 +109,15 @@ class FakeCurl(object):
 
 
 def refused():
-    return dl.TransientError("no answer (curl exit 7)", connection=True)
+    return hf_hub.TransientError("no answer (curl exit 7)", connection=True)
 
 
 @pytest.mark.parametrize("connect_retries, attempts", [(None, 6), (1, 2), (0, 1)])
 def test_connection_failures_get_connect_retries_when_set(connect_retries, attempts):
     curl = FakeCurl(refused())
     sleeps = []
-    hub = dl.Hub(curl, "org/name", SHA, retries=5, connect_retries=connect_retries, sleep=sleeps.append)
-    with pytest.raises(dl.HubError, match="giving up after %d attempts: no answer" % attempts):
+    hub = hf_hub.Hub(curl, "org/name", SHA, retries=5, connect_retries=connect_retries, sleep=sleeps.append)
+    with pytest.raises(hf_hub.HubError, match="giving up after %d attempts: no answer" % attempts):
         hub.list_files()
     assert curl.calls == attempts
     assert all(delay <= 1.25 for delay in sleeps[:1]), "the first retry comes within about a second"
@@ -124,25 +125,25 @@ def test_connection_failures_get_connect_retries_when_set(connect_retries, attem
 
 def test_http_errors_keep_their_retries_in_plan_mode():
     """connect_retries caps only requests that got no answer; a 503 keeps the normal patience."""
-    curl = FakeCurl(dl.TransientError("HTTP 503"))
-    hub = dl.Hub(curl, "org/name", SHA, retries=3, connect_retries=1, sleep=lambda s: None)
-    with pytest.raises(dl.HubError, match="giving up after 4 attempts"):
+    curl = FakeCurl(hf_hub.TransientError("HTTP 503"))
+    hub = hf_hub.Hub(curl, "org/name", SHA, retries=3, connect_retries=1, sleep=lambda s: None)
+    with pytest.raises(hf_hub.HubError, match="giving up after 4 attempts"):
         hub.list_files()
 
 
 def test_errors_no_retry_can_fix_are_raised_at_once():
-    curl = FakeCurl(dl.HubError("cannot resolve the host"))
-    hub = dl.Hub(curl, "org/name", SHA, retries=10, sleep=lambda s: pytest.fail("slept before a retry"))
-    with pytest.raises(dl.HubError, match="cannot resolve the host"):
+    curl = FakeCurl(hf_hub.HubError("cannot resolve the host"))
+    hub = hf_hub.Hub(curl, "org/name", SHA, retries=10, sleep=lambda s: pytest.fail("slept before a retry"))
+    with pytest.raises(hf_hub.HubError, match="cannot resolve the host"):
         hub.list_files()
     assert curl.calls == 1
 
 
 @pytest.mark.parametrize("code, permanent", [(3, True), (6, True), (60, True), (7, False), (28, False), (35, False), (56, False)])
 def test_curl_exit_codes_are_classified(code, permanent):
-    curl = dl.Curl("/usr/bin/curl", "https://hub.test")
+    curl = hf_hub.Curl("/usr/bin/curl", "https://hub.test")
     error = curl.failure("GET", "https://hub.test/api/models/a/b/tree/x?cursor=secret", code, "curl: (%d) boom" % code)
-    assert isinstance(error, dl.HubError if permanent else dl.TransientError)
+    assert isinstance(error, hf_hub.HubError if permanent else hf_hub.TransientError)
     assert "endpoint https://hub.test" in str(error) and "curl exit %d" % code in str(error)
     assert "secret" not in str(error)
     assert permanent or error.connection
@@ -152,12 +153,12 @@ def test_curl_exit_codes_are_classified(code, permanent):
 
 @pytest.mark.skipif(not shutil.which("curl"), reason="needs curl")
 @pytest.mark.parametrize("endpoint, error, words", [
-    ("http://127.0.0.1:1", dl.TransientError, ["no answer from endpoint http://127.0.0.1:1", "curl exit 7"]),
-    ("http://nonexistent.invalid", dl.HubError, ["cannot resolve the host of endpoint http://nonexistent.invalid",
-                                                 "curl exit 6", "Not retried"]),
+    ("http://127.0.0.1:1", hf_hub.TransientError, ["no answer from endpoint http://127.0.0.1:1", "curl exit 7"]),
+    ("http://nonexistent.invalid", hf_hub.HubError,
+     ["cannot resolve the host of endpoint http://nonexistent.invalid", "curl exit 6", "Not retried"]),
 ])
 def test_real_curl_failures(endpoint, error, words):
-    curl = dl.Curl(shutil.which("curl"), endpoint, connect_timeout=5)
+    curl = hf_hub.Curl(shutil.which("curl"), endpoint, connect_timeout=5)
     with pytest.raises(error) as info:
         curl.request(endpoint + "/api/models/a/b/tree/" + SHA)
     for word in words:
