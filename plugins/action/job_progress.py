@@ -33,9 +33,12 @@ def human_seconds(seconds):
 
 
 def progress_line(progress):
-    """One human line from a progress document (keys of kimi.deploy.hf_snapshot's progress_file)."""
+    """One human line from a progress document: a download (keys of kimi.deploy.hf_snapshot's progress_file) or the
+    generic form (kind "serve" of kimi.deploy.serve_ready, or any document with a "line")."""
     if not progress:
         return "starting"
+    if progress.get("kind") == "serve" or ("line" in progress and "bytes_total" not in progress):
+        return generic_line(progress)
     total = progress.get("bytes_total") or 0
     done = progress.get("bytes_done") or 0
     pct = 100.0 * done / total if total else 0.0
@@ -43,6 +46,15 @@ def progress_line(progress):
         progress.get("state", "?"), human_size(done), human_size(total), pct,
         human_size(progress.get("rate_bytes_per_s")), human_seconds(progress.get("eta_s")),
         progress.get("files_done", "?"), progress.get("files_total", "?"))
+
+
+def generic_line(progress):
+    """"<state> <elapsed>, <line>", e.g. "loading 4m10s, Loading weights took 612.34 seconds"."""
+    text = str(progress.get("state") or "running")
+    if progress.get("elapsed_s") is not None:
+        text += " " + human_seconds(progress["elapsed_s"])
+    line = " ".join(str(progress.get("line") or "").split())
+    return text + ", " + line if line else text
 
 
 class ActionModule(ActionBase):

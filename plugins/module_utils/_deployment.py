@@ -121,7 +121,10 @@ MEMORY_KNOBS = {
 
 MAX_CONTEXT = 262144  # the model's 256K window
 DEFAULT_PORT = 30000
-DEFAULT_HOST = "0.0.0.0"  # --network host: Caddy reaches it over loopback; SGLang's own default is 127.0.0.1
+# --network host: Caddy reaches the engine over loopback, and the raw port answers unauthenticated to whoever can
+# reach it (the runbook's warning), so loopback is the default and 0.0.0.0 an explicit, warned opt-in.
+DEFAULT_HOST = "127.0.0.1"
+WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]")
 DEFAULT_SERVED_MODEL_NAME = "kimi-k2.6"
 DEFAULT_DISK_BYTES = 650 * GB  # free space the weights disk needs for one variant plus slack
 PARSER = "kimi_k2"
@@ -636,8 +639,15 @@ def resolve(inputs, gpus=None, require_revision=True):
                        DEFAULT_HOST)
     name = _check_text("served_model_name", inputs.get("served_model_name"), NAME_RE,
                        ["1-128 characters of letters, digits and . _ : / -"], DEFAULT_SERVED_MODEL_NAME)
+    if host in WILDCARD_HOSTS:
+        warnings.append("%s=%s: the engine port %d answers without authentication to every network this host is on; "
+                        "the proxy only needs 127.0.0.1." % (_var("host"), host, port))
     image = _check_text("image", inputs.get("image"), IMAGE_RE, ["an image reference, e.g. registry.local/vllm:1"],
                         IMAGES[identity])
+    if engine == "sglang" and image.rsplit("/", 1)[-1].split("@")[0].endswith("-runtime"):
+        _fail("image", image, ["a full SGLang tag, e.g. %s" % IMAGES[identity]],
+              "the -runtime images lack ninja and nvcc, which SGLang's Marlin MoE JIT needs to build its kernels at "
+              "start-up")
     extra = _check_extra(engine, inputs.get("extra_args"))
     checkpoint = CHECKPOINTS[quant]
     revision = _check_revision(quant, inputs.get("revisions"), require_revision, warnings)

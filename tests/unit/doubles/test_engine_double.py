@@ -499,3 +499,36 @@ def test_shim_entry_points_and_sigterm(cache):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+# ---- vLLM's NVFP4 MoE dispatch lines (what the runbook's assert-native step reads) ----------------------------
+@pytest.mark.parametrize("backend,logged,marlin_warning", [
+    ("marlin", "MARLIN", True), ("flashinfer_b12x", "FLASHINFER_B12X", False),
+    ("flashinfer_cutedsl", "FLASHINFER_CUTEDSL", False), (None, "FLASHINFER_CUTLASS", False)])
+def test_vllm_nvfp4_logs_the_moe_dispatch(tmp_path, backend, logged, marlin_warning):
+    make_cache(tmp_path, quant="modelopt")
+    extra = ["--quantization", "modelopt_fp4"] + (["--moe-backend", backend] if backend else [])
+    r = Running("vllm", [MODEL, "--host", "127.0.0.1", "--port", "0", "--tensor-parallel-size", "8"] + extra,
+                {"HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"})
+    try:
+        out = r.out.getvalue()
+        line = "Using '%s' NvFp4 MoE backend out of potential backends: ['FLASHINFER_TRTLLM'," % logged
+        assert line in out and "(Worker_TP0 pid=" in out and "[nvfp4.py:" in out
+        assert ("Your GPU does not have native support for FP4 computation" in out) is marlin_warning
+        assert out.index(line) < out.index("Loading weights took") < out.index(READY_LINE["vllm"])
+    finally:
+        r.close()
+
+
+def test_int4_and_sglang_log_no_moe_dispatch(start):
+    assert "NvFp4 MoE backend" not in start("vllm").out.getvalue()
+    assert "NvFp4 MoE backend" not in start("sglang").out.getvalue()
+
+
+def test_vllm_nvfp4_refuses_a_non_nvfp4_moe_backend(tmp_path):
+    make_cache(tmp_path, quant="modelopt")
+    err = io.StringIO()
+    args = flags.parse("vllm", [MODEL, "--quantization", "modelopt_fp4", "--moe-backend", "triton"])
+    code = EngineDouble("vllm", args, env={"HF_HUB_CACHE": str(tmp_path)}, out=io.StringIO(), err=err
+                        ).run(threading.Event())
+    assert code == 1 and "ValueError: moe_backend='triton' is not supported for NvFP4 MoE." in err.getvalue()

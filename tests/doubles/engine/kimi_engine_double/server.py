@@ -13,6 +13,18 @@ from . import flags, hfcache, png
 READY_LINE = {"sglang": "The server is fired up and ready to roll!", "vllm": "Application startup complete."}
 DEFAULT_PORT = {"sglang": 30000, "vllm": 8000}
 DEFAULT_HOST = {"sglang": "127.0.0.1", "vllm": "0.0.0.0"}
+# vLLM's NVFP4 MoE oracle (fused_moe/oracle/nvfp4.py): --moe-backend value -> NvFp4MoeBackend, the list it logs,
+# and the Marlin weight-only warning (quantization/utils/marlin_utils_fp4.py).
+NVFP4_MOE_BACKENDS = {"cutlass": "VLLM_CUTLASS", "flashinfer_trtllm": "FLASHINFER_TRTLLM",
+                      "flashinfer_cutlass": "FLASHINFER_CUTLASS", "flashinfer_cutedsl": "FLASHINFER_CUTEDSL",
+                      "flashinfer_b12x": "FLASHINFER_B12X", "marlin": "MARLIN", "humming": "HUMMING",
+                      "emulation": "EMULATION"}
+NVFP4_MOE_AVAILABLE = ["FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL", "FLASHINFER_CUTEDSL_BATCHED", "FLASHINFER_CUTLASS",
+                       "VLLM_CUTLASS", "MARLIN", "HUMMING", "EMULATION"]
+NVFP4_MOE_AUTO = "FLASHINFER_CUTLASS"  # what auto picks on sm_120 (TRTLLM and CuTe DSL are sm_100 only)
+MARLIN_FP4_WARNING = ("Your GPU does not have native support for FP4 computation but FP4 quantization is being used. "
+                      "Weight-only FP4 compression will be used leveraging the Marlin kernel. This may degrade "
+                      "performance for compute-heavy workloads.")
 AUTO_TOOL_ERROR = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
 
 
@@ -40,11 +52,11 @@ class EngineDouble:
         self.created = int(time.time())
 
     # ---- logging, in each engine's style -------------------------------------------------------------
-    def log(self, msg, where="api_server.py"):
+    def log(self, msg, where="api_server.py", level="INFO", proc="APIServer"):
         now = time.localtime()
         if self.engine == "vllm":
-            line = "(APIServer pid=%d) INFO %s [%s] %s" % (os.getpid(), time.strftime("%m-%d %H:%M:%S", now),
-                                                           where, msg)
+            line = "(%s pid=%d) %s %s [%s] %s" % (proc, os.getpid(), level, time.strftime("%m-%d %H:%M:%S", now),
+                                                  where, msg)
         else:
             line = "[%s] %s" % (time.strftime("%Y-%m-%d %H:%M:%S", now), msg)
         print(line, file=self.out, flush=True)
@@ -72,6 +84,25 @@ class EngineDouble:
             return ("ValueError: Quantization method specified in the model config (%s) does not match the "
                     "quantization method specified in the `quantization` argument (%s)." % (have, wanted))
         return None
+
+    def worker(self):
+        tp = str(self.args.get("tensor_parallel_size") or "1")
+        return "Worker_TP0" if tp not in ("1", "") else "EngineCore_DP0"
+
+    def nvfp4_moe_backend(self):
+        """vLLM on an NVFP4 (ModelOpt FP4) checkpoint: the NvFp4MoeBackend the oracle picks for --moe-backend, a
+        ValueError line for a backend NVFP4 cannot use, None otherwise (INT4, SGLang)."""
+        quant = self.args.get("quantization") or ((self.loaded or {}).get("config", {}).get("quantization_config")
+                                                  or {}).get("quant_method") or ""
+        if self.engine != "vllm" or not str(quant).startswith("modelopt"):
+            return None
+        wanted = self.args.get("moe_backend") or "auto"
+        if wanted == "auto":
+            return NVFP4_MOE_AUTO
+        if wanted not in NVFP4_MOE_BACKENDS:
+            return ("ValueError: moe_backend='%s' is not supported for NvFP4 MoE. Expected one of %s."
+                    % (wanted, list(NVFP4_MOE_BACKENDS)))
+        return NVFP4_MOE_BACKENDS[wanted]
 
     def run(self, stop):
         """Whole life cycle; returns the process exit code (0 after a clean stop)."""
@@ -104,9 +135,17 @@ class EngineDouble:
         problem = self.quantization_problem(self.loaded["config"])
         if problem:
             return self.fail(problem)
+        moe = self.nvfp4_moe_backend()
+        if moe and moe.startswith("ValueError"):
+            return self.fail(moe)
+        if moe:  # vLLM's NvFp4 MoE oracle, once per worker (the double logs TP0's)
+            self.log("Using '%s' NvFp4 MoE backend out of potential backends: %s." % (moe, NVFP4_MOE_AVAILABLE),
+                     "nvfp4.py:288", proc=self.worker())
         self.log("Loading weights took %.2f seconds: %d files, %d bytes read from %s" % (
             time.time() - t0, self.loaded["files"], self.loaded["bytes"], self.loaded["snapshot"]),
             "default_loader.py")
+        if moe == "MARLIN":  # marlin_utils_fp4.prepare_nvfp4_moe_layer_for_marlin, after the weights are loaded
+            self.log(MARLIN_FP4_WARNING, "marlin_utils_fp4.py:196", level="WARNING", proc=self.worker())
         delay = float(self.env.get("KIMI_DOUBLE_START_DELAY") or 0)
         if self.engine == "sglang":  # SGLang listens early and answers /health with 503 until warmed up
             if not self._bind():

@@ -1,6 +1,7 @@
 """The deployment model: every row of the runbook's tables, and the refusals."""
 import json
 import os
+import re
 
 import pytest
 
@@ -284,7 +285,7 @@ def test_every_emitted_flag_exists_in_the_pinned_engine(quant, engine, kv, moe):
                                                        tp=8, context_length=131072))
     assert flags["--trust-remote-code"] is True
     assert flags["--tool-call-parser"] == "kimi_k2" and flags["--reasoning-parser"] == "kimi_k2"
-    assert flags["--kv-cache-dtype"] == kv and flags["--port"] == "30000" and flags["--host"] == "0.0.0.0"
+    assert flags["--kv-cache-dtype"] == kv and flags["--port"] == "30000" and flags["--host"] == "127.0.0.1"
     assert flags["--served-model-name"] == "kimi-k2.6"
     if engine == "vllm":
         assert flags["--enable-auto-tool-choice"] is True and flags["--mm-encoder-tp-mode"] == "data"
@@ -521,3 +522,19 @@ def test_only_unset_means_the_default_port(value):
 def test_checkpoint_names_its_revision_variable():
     assert resolve(RTX8, quant="int4", engine="vllm")["checkpoint"]["revision_variable"] == "kimi_int4_revision"
     assert resolve(RTX8, quant="nvfp4", engine="vllm")["checkpoint"]["revision_variable"] == "kimi_nvfp4_revision"
+
+
+def test_engine_listens_on_loopback_unless_told_and_then_warns():
+    quiet = dm.resolve({"quant": "int4", "engine": "vllm"}, [], require_revision=False)
+    assert quiet["host"] == "127.0.0.1"
+    assert not [w for w in quiet["warnings"] if "without authentication" in w]
+    loud = dm.resolve({"quant": "int4", "engine": "vllm", "host": "0.0.0.0"}, [], require_revision=False)
+    assert loud["host"] == "0.0.0.0"
+    assert [w for w in loud["warnings"] if w.startswith("kimi_engine_host=0.0.0.0: the engine port 30000 answers")]
+
+
+@pytest.mark.parametrize("image", ["lmsysorg/sglang:v0.5.12.post1-cu130-runtime", "mirror.local:5000/sglang:dev-runtime"])
+def test_sglang_runtime_images_are_refused(image):
+    with pytest.raises(dm.DeploymentError, match=r"kimi_engine_image='%s' is not allowed: the -runtime images lack ninja and "
+                                              r"nvcc" % re.escape(image)):
+        dm.resolve({"quant": "int4", "engine": "sglang", "image": image}, [], require_revision=False)
