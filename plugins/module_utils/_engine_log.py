@@ -160,6 +160,11 @@ KNOWN_FAILURES = (
         "generate it with nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml (the nvidia_host role does), after"
         " every driver change"),
     Failure(
+        "ulimit_denied",
+        r"error setting rlimits? .*operation not permitted",
+        "the container's ulimits are above what this host (or the container it runs in) allows",
+        "lower kimi_serve_nofile, or set kimi_serve_memlock_unlimited=false"),
+    Failure(
         "image_missing",
         r"pull access denied|manifest unknown|repository does not exist or may require 'docker login'",
         "the engine image is not on the host and cannot be pulled",

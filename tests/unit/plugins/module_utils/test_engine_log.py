@@ -19,6 +19,11 @@ from kimi_engine_double.server import EngineDouble  # noqa: E402
 
 # One real-looking line per known failure (vLLM / SGLang / NCCL / Triton / huggingface_hub / docker shapes).
 FAILURE_LINES = {
+    "ulimit_denied": [
+        "docker: Error response from daemon: failed to create task for container: failed to create shim task: OCI runtime "
+        "create failed: runc create failed: unable to start container process: error during container init: error "
+        "setting rlimits for ready process: error setting rlimit type 7: operation not permitted: unknown.",
+    ],
     "nccl_shm": [
         "(Worker_TP3 pid=215) ERROR 06-11 10:12:31 [multiproc_executor.py:585] torch.distributed.DistBackendError: NCCL "
         "error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, unhandled system error (run with "
