@@ -1,0 +1,107 @@
+"""kimi_serve's launcher and argument files, rendered for every identity from the deployment model and run with
+stand-ins for docker and nvidia-smi on PATH: the container gets exactly the image and the argv of the deployment,
+and a hand-edited env file that disagrees with the prepared arguments is refused."""
+import os
+import stat
+import subprocess
+
+import jinja2
+import pytest
+
+from ansible_collections.kimi.deploy.plugins.module_utils import _deployment as dm
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+TEMPLATES = os.path.join(ROOT, "roles", "kimi_serve", "templates")
+IDENTITY_KEYS = ["IMAGE", "KV_CACHE_DTYPE", "MOE_BACKEND", "MODEL_NAME", "PORT"]
+
+
+def render(name, **context):
+    # As ansible.builtin.template renders: trim_blocks on, the trailing newline kept.
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True, trim_blocks=True,
+                             undefined=jinja2.StrictUndefined)
+    return env.get_template(name).render(ansible_managed="Managed by test", **context)
+
+
+def env_values(deployment, tmp_path):
+    return {"QUANT": deployment["quant"], "FRAMEWORK": deployment["engine"], "IMAGE": deployment["image"],
+            "KV_CACHE_DTYPE": deployment["kv_cache_dtype"], "MOE_BACKEND": deployment["moe_backend"] or "none",
+            "MODEL_NAME": deployment["served_model_name"], "PORT": str(deployment["port"]),
+            "HF_HOME": str(tmp_path / "hf"), "WAIT_GPU_FREE": "2", "KILL_ORPHANS": "0", "CONTAINER_NAME": "kimi-k26",
+            "ARGS_DIR": str(tmp_path / "etc"), "MEMLOCK_UNLIMITED": "1", "NOFILE": "1048576"}
+
+
+def prepare(tmp_path, deployment, busy=""):
+    values = env_values(deployment, tmp_path)
+    (tmp_path / "etc").mkdir(exist_ok=True)
+    entries = [{"name": k, "value": v} for k, v in values.items()]
+    args = render("engine.args.j2", kimi_deployment=deployment, kimi_serve_env_file="/etc/kimi-k26.env",
+                  _kimi_serve_env=entries, _kimi_serve_identity_keys=IDENTITY_KEYS)
+    (tmp_path / "etc" / ("%s.args" % deployment["identity"])).write_text(args)
+    (tmp_path / "etc" / "container.env").write_text("\n")
+    launcher = tmp_path / "kimi-k26-launch"
+    launcher.write_text(render("kimi-k26-launch.j2", kimi_serve_service_name="kimi-k26",
+                               kimi_serve_env_file="/etc/kimi-k26.env"))
+    launcher.chmod(0o755)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    docker = bin_dir / "docker"
+    docker.write_text('#!/bin/sh\n[ "$1" = run ] && printf "%%s\\n" "$@" > %s/docker-run.argv\nexit 0\n' % tmp_path)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n[ -f %s/busy ] && cat %s/busy\nexit 0\n" % (tmp_path, tmp_path))
+    for tool in (docker, smi):
+        tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    if busy:
+        (tmp_path / "busy").write_text(busy)
+    return launcher, dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]), **values)
+
+
+def run(launcher, env):
+    return subprocess.run([str(launcher)], env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize("quant, engine", [("int4", "sglang"), ("int4", "vllm"), ("nvfp4", "vllm")])
+def test_the_container_gets_exactly_the_deployments_image_and_argv(tmp_path, quant, engine):
+    deployment = dm.resolve({"quant": quant, "engine": engine}, [], require_revision=False)
+    launcher, env = prepare(tmp_path, deployment)
+    proc = run(launcher, env)
+    assert proc.returncode == 0, proc.stderr
+    argv = (tmp_path / "docker-run.argv").read_text().splitlines()
+    image_at = argv.index(deployment["image"])
+    assert argv[image_at + 1:] == deployment["argv"]
+    options = argv[:image_at]
+    for flag in ("--rm", "--ipc", "--network"):
+        assert flag in options
+    assert options[options.index("--restart") + 1] == "no"
+    assert options[options.index("--device") + 1] == "nvidia.com/gpu=all"
+    assert "%s/hub:/root/.cache/huggingface/hub:ro" % env["HF_HOME"] in options
+    assert "HF_HUB_OFFLINE=1" in options and "memlock=-1:-1" in options
+
+
+def test_a_half_edited_env_file_is_refused(tmp_path):
+    deployment = dm.resolve({"quant": "int4", "engine": "sglang"}, [], require_revision=False)
+    launcher, env = prepare(tmp_path, deployment)
+    env["KV_CACHE_DTYPE"] = "auto"
+    proc = run(launcher, env)
+    assert proc.returncode == 1
+    assert "KV_CACHE_DTYPE=auto in /etc/kimi-k26.env, but" in proc.stderr and "prepared for KV_CACHE_DTYPE=fp8_e4m3" in proc.stderr
+    assert not (tmp_path / "docker-run.argv").exists()
+
+
+def test_an_identity_that_is_not_prepared_is_refused_naming_the_prepared_ones(tmp_path):
+    deployment = dm.resolve({"quant": "int4", "engine": "sglang"}, [], require_revision=False)
+    launcher, env = prepare(tmp_path, deployment)
+    env["FRAMEWORK"] = "vllm"
+    proc = run(launcher, env)
+    assert proc.returncode == 1
+    assert "identity int4-vllm is not prepared on this host" in proc.stderr and "int4-sglang" in proc.stderr
+
+
+def test_busy_gpus_are_waited_for_then_refused_without_kill_orphans(tmp_path):
+    deployment = dm.resolve({"quant": "int4", "engine": "sglang"}, [], require_revision=False)
+    launcher, env = prepare(tmp_path, deployment, busy="4242, /usr/bin/python3, 70000 MiB\n")
+    proc = run(launcher, env)
+    assert proc.returncode == 1
+    assert "waiting for the GPUs to be free" in proc.stdout
+    assert "the GPUs are still busy after 2s (WAIT_GPU_FREE): 4242" in proc.stderr
+    assert "kimi_serve_kill_orphans=true" in proc.stderr
+    assert not (tmp_path / "docker-run.argv").exists()
