@@ -2,17 +2,17 @@
 test double and its GPU profiles, against a replay of the real captures, and against broken tools."""
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+
+from module_runner import run_module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 MODULE = os.path.join(ROOT, "plugins", "modules", "gpu_facts.py")
 SMI_DOUBLE = os.path.join(ROOT, "tests", "doubles", "nvidia", "src", "nvidia_smi.py")
 PROFILES = os.path.join(ROOT, "tests", "fixtures", "gpus")
 CAPTURE = os.path.join(ROOT, "tests", "fixtures", "gpu-captures", "nvidia-h100-x1")
-COLLECTIONS = os.path.join(ROOT, ".collections")
 
 OPEN_VERSION = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s  Release Build  "
                 "(dvs-builder@U22-I3-AF03-09-1)  Thu Oct 30 12:00:00 UTC 2025\nGCC version:  gcc version 13.3.0 \n")
@@ -75,20 +75,9 @@ class Host:
     def run(self, check_mode=False, **args):
         params = {"nvidia_smi": self.smi, "proc_root": str(self.proc), "sys_root": str(self.sys)}
         params.update(args)
-        if check_mode:
-            params["_ansible_check_mode"] = True
         env = dict((k, v) for k, v in os.environ.items() if not k.startswith("KIMI_DOUBLE_"))
         env.update(self.env)
-        env["PYTHONPATH"] = os.pathsep.join([COLLECTIONS] + [p for p in sys.path if p])
-        result = subprocess.run([sys.executable, MODULE, json.dumps({"ANSIBLE_MODULE_ARGS": params})], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120,
-                                check=False)
-        try:
-            out = json.loads(result.stdout)
-        except ValueError:
-            raise AssertionError("module printed no JSON (rc %d): %s %s" % (result.returncode, result.stdout, result.stderr))
-        assert ("failed" in out) == (result.returncode != 0), out
-        return out
+        return run_module(MODULE, params, env=env, check_mode=check_mode)
 
 
 def double_host(tmp_path, profile):

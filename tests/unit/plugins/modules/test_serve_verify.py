@@ -3,7 +3,6 @@ its checks one by one against canned replies."""
 import io
 import json
 import os
-import subprocess
 import sys
 import threading
 import urllib.error
@@ -12,11 +11,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from module_runner import run_module
+
 from ansible_collections.kimi.deploy.plugins.modules import serve_verify
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 MODULE = os.path.join(ROOT, "plugins", "modules", "serve_verify.py")
-COLLECTIONS = os.path.join(ROOT, ".collections")
 sys.path.insert(0, os.path.join(ROOT, "tests", "doubles", "engine"))
 
 from kimi_engine_double import png  # noqa: E402
@@ -60,20 +60,8 @@ def doubles(tmp_path_factory):
         proc.stop()
 
 
-def run_module(check_mode=False, **params):
-    if check_mode:
-        params["_ansible_check_mode"] = True
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([COLLECTIONS] + [p for p in sys.path if p]))
-    result = subprocess.run([sys.executable, MODULE, json.dumps({"ANSIBLE_MODULE_ARGS": params})], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120,
-                            check=False)
-    try:
-        out = json.loads(result.stdout)
-    except ValueError:
-        raise AssertionError("module printed no JSON (rc %d): %s %s" % (result.returncode, result.stdout, result.stderr))
-    assert ("failed" in out) == (result.returncode != 0), out
-    out["_stdout"] = result.stdout
-    return out
+def run_verify(check_mode=False, **params):
+    return run_module(MODULE, params, check_mode=check_mode, keep_stdout=True)
 
 
 def by_name(out):
@@ -82,7 +70,7 @@ def by_name(out):
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_all_checks_pass_against_the_double(doubles, engine):
-    out = run_module(url=doubles(engine).url, served_model_name=NAME)
+    out = run_verify(url=doubles(engine).url, served_model_name=NAME)
     assert out["passed"] is True and out["changed"] is False and out["failed_checks"] == []
     assert [c["name"] for c in out["checks"]] == ALL
     checks = by_name(out)
@@ -96,7 +84,7 @@ def test_all_checks_pass_against_the_double(doubles, engine):
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_broken_tools_fail_the_tool_check(doubles, engine):
-    out = run_module(url=doubles(engine, "broken_tools").url, served_model_name=NAME)
+    out = run_verify(url=doubles(engine, "broken_tools").url, served_model_name=NAME)
     assert out["failed"] and out["passed"] is False and out["failed_checks"] == ["tool"]
     tool = by_name(out)["tool"]
     assert not tool["ok"] and "no tool_calls in the reply (finish_reason=stop)" in tool["detail"]
@@ -106,7 +94,7 @@ def test_broken_tools_fail_the_tool_check(doubles, engine):
 
 
 def test_vllm_without_auto_tool_choice_fails_the_tool_check(doubles):
-    out = run_module(url=doubles("vllm", "no_auto_tool_choice").url, served_model_name=NAME, checks=["tool", "text"])
+    out = run_verify(url=doubles("vllm", "no_auto_tool_choice").url, served_model_name=NAME, checks=["tool", "text"])
     assert out["failed_checks"] == ["tool"]
     assert "answered 400" in by_name(out)["tool"]["detail"]
     assert "--enable-auto-tool-choice" in by_name(out)["tool"]["detail"]
@@ -114,7 +102,7 @@ def test_vllm_without_auto_tool_choice_fails_the_tool_check(doubles):
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_wrong_model_name_fails_the_models_check(doubles, engine):
-    out = run_module(url=doubles(engine).url, served_model_name="kimi-k2.5", checks=["health", "models", "text"])
+    out = run_verify(url=doubles(engine).url, served_model_name="kimi-k2.5", checks=["health", "models", "text"])
     checks = by_name(out)
     assert checks["health"]["ok"] and not checks["models"]["ok"]
     assert checks["models"]["detail"] == "GET /v1/models lists ['kimi-k2.6'], not 'kimi-k2.5'"
@@ -124,20 +112,20 @@ def test_wrong_model_name_fails_the_models_check(doubles, engine):
 
 
 def test_check_mode_still_verifies(doubles):
-    out = run_module(check_mode=True, url=doubles("sglang").url, served_model_name=NAME, checks=["health", "models"])
+    out = run_verify(check_mode=True, url=doubles("sglang").url, served_model_name=NAME, checks=["health", "models"])
     assert out["passed"] and out["changed"] is False and len(out["checks"]) == 2
 
 
 def test_nothing_listening_fails_every_check_with_the_reason():
-    out = run_module(url="http://127.0.0.1:%d" % free_port(), checks=["health", "models"], timeout=5)
+    out = run_verify(url="http://127.0.0.1:%d" % free_port(), checks=["health", "models"], timeout=5)
     assert out["failed_checks"] == ["health", "models"]
     assert all("cannot reach http://127.0.0.1:" in c["detail"] for c in out["checks"])
 
 
 def test_bad_options_are_refused():
-    assert "url must be an http(s) URL" in run_module(url="127.0.0.1:30000")["msg"]
-    assert "max_tokens must be at least 16" in run_module(max_tokens=1)["msg"]
-    assert "value of checks must be one or more of" in run_module(checks=["speed"])["msg"]
+    assert "url must be an http(s) URL" in run_verify(url="127.0.0.1:30000")["msg"]
+    assert "max_tokens must be at least 16" in run_verify(max_tokens=1)["msg"]
+    assert "value of checks must be one or more of" in run_verify(checks=["speed"])["msg"]
 
 
 # ---- a key-checking proxy in front of the engine (Caddy's role), to show the key is sent and never returned ----
@@ -186,13 +174,13 @@ class KeyProxy:
 def test_api_key_goes_to_the_proxy_and_never_into_the_result(doubles):
     proxy = KeyProxy(doubles("vllm").url, API_KEY)
     try:
-        out = run_module(url=proxy.url, served_model_name=NAME, api_key=API_KEY)
+        out = run_verify(url=proxy.url, served_model_name=NAME, api_key=API_KEY)
         assert out["passed"] and set(proxy.seen) == {"Bearer " + API_KEY} and len(proxy.seen) == 6
         assert API_KEY not in out["_stdout"]
-        denied = run_module(url=proxy.url, served_model_name=NAME, checks=["health", "models"])
+        denied = run_verify(url=proxy.url, served_model_name=NAME, checks=["health", "models"])
         assert denied["failed_checks"] == ["health", "models"]
         assert by_name(denied)["health"]["detail"].startswith("GET /health answered 401")
-        wrong = run_module(url=proxy.url, served_model_name=NAME, api_key="sk-wrong", checks=["health"])
+        wrong = run_verify(url=proxy.url, served_model_name=NAME, api_key="sk-wrong", checks=["health"])
         assert wrong["failed_checks"] == ["health"] and "sk-wrong" not in wrong["_stdout"]
     finally:
         proxy.close()
