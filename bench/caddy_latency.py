@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Latency Caddy adds in front of the engine, on loopback, in one run: direct vs through the proxy.
 
 Runs on the serving host (standard library only), e.g. inside the molecule caddy_proxy instance (`make bench-proxy`):
@@ -70,7 +70,7 @@ def read_key(path):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--direct", default="http://127.0.0.1:30000")

@@ -69,7 +69,6 @@ import hashlib
 import re
 
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.six import string_types
 
 NAME_RE = re.compile(r"[a-z0-9_-]+")
 KEY_RE = re.compile(r"[A-Za-z0-9._~+/=-]{32,}")
@@ -80,16 +79,24 @@ CLIENT_PLACEHOLDER = "http.auth.user.id"
 KEY_RULE = "at least 32 characters from A-Z a-z 0-9 . _ ~ + / = - (e.g. from: openssl rand -hex 32)"
 
 
+def _kind(value):
+    """The plain type name (Ansible passes tagged subclasses such as _AnsibleTaggedStr)."""
+    for types, name in ((str, "str"), (dict, "dict"), ((list, tuple), "list"), (bool, "bool"), (int, "int")):
+        if isinstance(value, types):
+            return name
+    return type(value).__name__
+
+
 def _err(message):
     return AnsibleFilterError("kimi.deploy.caddy_clients: " + message)
 
 
 def _keys(value, where):
-    if isinstance(value, string_types) or not isinstance(value, (list, tuple)):
-        raise _err("%s must be a list of keys, got a %s (a string would be read as one key per character)"
-                   % (where, type(value).__name__))
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise _err("%s must be a list of keys (got a %s, not a list): a string would be read as one key per "
+                   "character. Keep keys in a vault, as a YAML list." % (where, _kind(value)))
     for index, key in enumerate(value):
-        if not isinstance(key, string_types) or KEY_RE.fullmatch(key) is None:
+        if not isinstance(key, str) or KEY_RE.fullmatch(key) is None:
             raise _err("%s[%d] is not a usable key: it needs %s. Keep keys in a vault." % (where, index, KEY_RULE))
     return list(value)
 
@@ -97,8 +104,8 @@ def _keys(value, where):
 def caddy_clients(clients, legacy_keys=None, metrics_keys=None, published_digests=None):
     clients = clients or []
     legacy_keys = legacy_keys or []
-    if isinstance(clients, string_types) or not isinstance(clients, (list, tuple)):
-        raise _err("caddy_proxy_clients must be a list of {name, keys}, got a %s" % type(clients).__name__)
+    if isinstance(clients, str) or not isinstance(clients, (list, tuple)):
+        raise _err("caddy_proxy_clients must be a list of {name, keys}, got a %s" % _kind(clients))
     legacy_keys = _keys(legacy_keys, "caddy_proxy_api_keys")
     if clients and legacy_keys:
         raise _err("set caddy_proxy_clients or the deprecated caddy_proxy_api_keys, not both: move the old keys into "
@@ -115,9 +122,9 @@ def caddy_clients(clients, legacy_keys=None, metrics_keys=None, published_digest
         where = "caddy_proxy_api_keys" if legacy else "caddy_proxy_clients[%d]" % index
         if not isinstance(client, dict) or set(client) != {"name", "keys"}:
             raise _err("%s must be a dict with exactly the keys name and keys, got %s"
-                       % (where, sorted(client) if isinstance(client, dict) else type(client).__name__))
+                       % (where, sorted(client) if isinstance(client, dict) else _kind(client)))
         name = client["name"]
-        if not isinstance(name, string_types) or NAME_RE.fullmatch(name) is None:
+        if not isinstance(name, str) or NAME_RE.fullmatch(name) is None:
             raise _err("%s.name=%r is not allowed: a client name matches ^[a-z0-9_-]+$ (the access log and the "
                        "X-LLM-Client header show it)" % (where, name))
         if name in [c["name"] for c in normalized]:

@@ -29,8 +29,8 @@ def test_normalizes_clients_and_metrics_keys():
 
 
 def test_legacy_keys_become_the_default_client():
-    assert caddy_clients([], legacy_keys=[A]) == {"clients": [{"name": "default", "keys": [A]}], "metrics_keys": [],
-                                                   "legacy": True}
+    expected = {"clients": [{"name": "default", "keys": [A]}], "metrics_keys": [], "legacy": True}
+    assert caddy_clients([], legacy_keys=[A]) == expected
 
 
 def test_both_forms_at_once_are_refused():
