@@ -11,7 +11,7 @@ COLLECTION_LINK := .collections/ansible_collections/kimi/deploy
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help setup lint sanity unit test plan build bench clean
+.PHONY: help setup lint sanity unit test plan build bench bench-proxy clean
 
 help:  ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -53,6 +53,10 @@ build: setup  ## Build the collection tarball into build/
 
 bench: setup  ## Download benchmark: hf_snapshot vs huggingface_hub on the fake hub (ARGS="--size 16GiB --connections 24")
 	$(BIN)/python bench/hf_download.py $(ARGS)
+
+bench-proxy: setup  ## Latency Caddy adds, direct vs proxied (converges and keeps the molecule caddy_proxy instance)
+	env -u ANSIBLE_CONFIG $(BIN)/molecule converge -s caddy_proxy >/dev/null
+	docker exec -i kimi-caddy python3 - $(ARGS) < bench/caddy_latency.py
 
 clean:  ## Remove the virtualenv, the collection link and build output
 	rm -rf $(VENV) .collections build

@@ -11,7 +11,8 @@
 #   3. Base images from debootstrap --variant=minbase + docker import, cached by a content key stored
 #      as the image label kimi.test.key:
 #        kimi-test/debian-systemd:bookworm, kimi-test/debian-systemd:trixie,
-#        kimi-test/debian-systemd:trixie-docker  (trixie + docker.io, docker-cli, python3-docker baked in)
+#        kimi-test/debian-systemd:trixie-docker  (trixie + docker.io, docker-cli, python3-docker, caddy baked in;
+#        caddy installed but disabled)
 #   4. The doubles, when their builders exist: the signed NVIDIA-double apt repo in $CACHE/apt and the
 #      engine-double images, saved together in $CACHE/engine-images.tar for `docker load` in nested engines.
 #   5. A summary with timings.
@@ -30,7 +31,11 @@ DOCKERD_LOG=${KIMI_DOCKERD_LOG:-/var/log/kimi-dockerd.log}
 REBUILD=${KIMI_TEST_REBUILD:-0}
 IMAGE_REPO=kimi-test/debian-systemd
 BASE_PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,python3-debian,sudo,iproute2,procps,curl,ca-certificates,gpg
-DOCKER_PACKAGES="docker.io docker-cli python3-docker"
+# caddy: the instances cannot reach an apt mirror, so caddy_proxy's scenario finds the package already installed
+DOCKER_PACKAGES="docker.io docker-cli python3-docker caddy"
+# units the packages' postinst enabled that stay off in the image: an instance boots with only what its scenario
+# starts (caddy's default :80 site and :2019 admin API would be live in every trixie-docker instance otherwise)
+DOCKER_DISABLED_UNITS="caddy.service caddy-api.service"
 ENGINE_IMAGES=(kimi-double/sglang:v0.5.12.post1-cu130 kimi-double/vllm-openai:v0.22.1)
 HOST_PACKAGES=(docker.io debootstrap dpkg-dev gpg apt-utils)
 
@@ -144,6 +149,8 @@ build_derived() {  # build_derived PARENT_IMAGE IMAGE KEY PACKAGES...: parent + 
 	chroot_run "$d" apt-get update -qq
 	chroot_run "$d" apt-get install -y -qq --no-install-recommends "$@" >"$CACHE/chroot-apt.log" 2>&1 ||
 		{ tail -n 20 "$CACHE/chroot-apt.log" >&2; return 1; }
+	# shellcheck disable=SC2086  # a list of unit names
+	[ -z "${DISABLED_UNITS:-}" ] || chroot_run "$d" systemctl disable --quiet $DISABLED_UNITS
 	chroot_run "$d" apt-get clean
 	rm -f "$d/.dockerenv"; : >"$d/etc/resolv.conf"; echo localhost >"$d/etc/hostname"
 	rm -rf "$d"/tmp/* "$d"/var/tmp/* "$d"/var/log/*.log "$d"/var/cache/apt/*.bin
@@ -170,13 +177,13 @@ ensure_base() {  # ensure_base SUITE
 ensure_docker_variant() {  # IMAGE_REPO:trixie-docker from IMAGE_REPO:trixie
 	local pkey key
 	pkey=$(image_label "$IMAGE_REPO:trixie" kimi.test.key)
-	key=$({ echo "$pkey|$DOCKER_PACKAGES"; declare -f build_derived chroot_run import_rootfs; } | sha256sum | cut -c1-16)
+	key=$({ echo "$pkey|$DOCKER_PACKAGES|$DOCKER_DISABLED_UNITS"; declare -f build_derived chroot_run import_rootfs; } | sha256sum | cut -c1-16)
 	if [ "$REBUILD" != 1 ] && [ "$(image_label "$IMAGE_REPO:trixie-docker" kimi.test.key)" = "$key" ]; then
 		status "cached $key"; return
 	fi
 	local old; old=$(image_id "$IMAGE_REPO:trixie-docker")
 	# shellcheck disable=SC2086
-	build_derived "$IMAGE_REPO:trixie" "$IMAGE_REPO:trixie-docker" "$key" $DOCKER_PACKAGES
+	DISABLED_UNITS=$DOCKER_DISABLED_UNITS build_derived "$IMAGE_REPO:trixie" "$IMAGE_REPO:trixie-docker" "$key" $DOCKER_PACKAGES
 	drop_superseded "$old" "$IMAGE_REPO:trixie-docker"
 	status "built $key"
 }

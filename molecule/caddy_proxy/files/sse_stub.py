@@ -1,0 +1,45 @@
+"""A slow-generating engine for one test: streams 6 SSE events 0.5 s apart on 127.0.0.1:30000, and records in
+/run/kimi-sse-stub.log how many events each stream sent and whether the client went away mid-stream (the
+engine must see a disconnect, so that it stops generating)."""
+import http.server
+import time
+
+EVENTS = 6
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        body = b'{"status":"ok"}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        sent, outcome = 0, "complete"
+        try:
+            for i in range(EVENTS + 1):
+                data = b"data: [DONE]\n\n" if i == EVENTS else b'data: {"i": %d}\n\n' % i
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+                sent += 1
+                if i < EVENTS:
+                    time.sleep(0.5)
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            outcome = "client gone"
+        with open("/run/kimi-sse-stub.log", "a") as log:
+            log.write("%s after %d events\n" % (outcome, sent))
+
+    def log_message(self, *args):
+        pass
+
+
+http.server.ThreadingHTTPServer(("127.0.0.1", 30000), Handler).serve_forever()

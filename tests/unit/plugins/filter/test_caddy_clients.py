@@ -1,0 +1,103 @@
+"""kimi.deploy.caddy_clients / caddy_key_map: the proxy's key rules, refused naming the client, never the key."""
+import hashlib
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.kimi.deploy.plugins.filter.caddy_clients import FilterModule
+
+FILTERS = FilterModule().filters()
+caddy_clients = FILTERS["caddy_clients"]
+caddy_key_map = FILTERS["caddy_key_map"]
+
+A = "a" * 40
+B1 = "b" * 32
+B2 = "B-._~+/=" + "2" * 30
+M = "m" * 40
+
+
+def refused(*args, **kwargs):
+    with pytest.raises(AnsibleFilterError) as error:
+        caddy_clients(*args, **kwargs)
+    return str(error.value)
+
+
+def test_normalizes_clients_and_metrics_keys():
+    checked = caddy_clients([{"name": "alice", "keys": [A]}, {"name": "bob-2_x", "keys": [B1, B2]}], metrics_keys=[M])
+    assert checked == {"clients": [{"name": "alice", "keys": [A]}, {"name": "bob-2_x", "keys": [B1, B2]}],
+                       "metrics_keys": [M], "legacy": False}
+
+
+def test_legacy_keys_become_the_default_client():
+    expected = {"clients": [{"name": "default", "keys": [A]}], "metrics_keys": [], "legacy": True}
+    assert caddy_clients([], legacy_keys=[A]) == expected
+
+
+def test_both_forms_at_once_are_refused():
+    assert "not both" in refused([{"name": "alice", "keys": [A]}], legacy_keys=[B1])
+
+
+def test_no_client_is_refused():
+    assert "no client" in refused([])
+
+
+@pytest.mark.parametrize("name", ["Alice", "al ice", "alice\n", "", "al.ice", "al{ice}", 7])
+def test_bad_names_are_refused(name):
+    assert "^[a-z0-9_-]+$" in refused([{"name": name, "keys": [A]}])
+
+
+@pytest.mark.parametrize("key", ["", "short", "x" * 31, "a" * 31 + " ", "a" * 32 + '"', "{env.KEY}" + "a" * 30,
+                                 "a" * 32 + "\n", None, 12345678901234567890123456789012345])
+def test_weak_or_unsafe_keys_are_refused_without_printing_them(key):
+    message = refused([{"name": "alice", "keys": [key]}])
+    assert "caddy_proxy_clients[0] (client alice).keys[0]" in message
+    if isinstance(key, str) and key:
+        assert key not in message
+
+
+def test_a_string_instead_of_a_list_is_refused():
+    assert "a list of keys" in refused([{"name": "alice", "keys": A}])
+    assert "a list of keys" in refused([], legacy_keys=A)
+    assert "a list of keys" in refused([{"name": "alice", "keys": [A]}], metrics_keys=M)
+
+
+@pytest.mark.parametrize("keys", [[], [A, B1, B2]])
+def test_one_or_two_keys_per_client(keys):
+    assert "one, or two while it rotates" in refused([{"name": "alice", "keys": keys}])
+
+
+def test_a_key_shared_by_two_clients_is_refused():
+    message = refused([{"name": "alice", "keys": [A]}, {"name": "bob", "keys": [B1, A]}])
+    assert "client bob key 2 is also client alice key 1" in message and A not in message
+
+
+def test_a_metrics_key_that_is_a_client_key_is_refused():
+    assert "must only read /metrics" in refused([{"name": "alice", "keys": [A]}], metrics_keys=[A])
+
+
+def test_duplicate_names_and_extra_fields_are_refused():
+    assert "used twice" in refused([{"name": "alice", "keys": [A]}, {"name": "alice", "keys": [B1]}])
+    assert "exactly the keys name and keys" in refused([{"name": "alice", "keys": [A], "rate": 1}])
+
+
+def test_published_keys_are_refused_by_digest():
+    digest = hashlib.sha256(B1.encode()).hexdigest()
+    message = refused([{"name": "alice", "keys": [A]}], metrics_keys=[B1], published_digests=[digest])
+    assert "published" in message and "caddy_proxy_metrics_keys[0]" in message and B1 not in message
+
+
+def test_the_key_map_maps_exact_bearer_headers_to_names_and_defaults_to_empty():
+    text = caddy_key_map(caddy_clients([{"name": "alice", "keys": [A]}, {"name": "bob", "keys": [B1, B2]}],
+                                       metrics_keys=[M]))
+    lines = [line.strip() for line in text.splitlines()]
+    assert "map {http.request.header.Authorization} {http.auth.user.id} {" in lines
+    assert '"Bearer %s" alice  # key 1' % A in lines
+    assert '"Bearer %s" bob  # key 1' % B1 in lines and '"Bearer %s" bob  # key 2' % B2 in lines
+    # the metrics id cannot be a client name, so the client routes never accept a metrics key
+    assert '"Bearer %s" metrics.scraper' % M in lines
+    assert lines[-2:] == ['default ""', "}"]
+
+
+def test_the_key_map_takes_only_checked_input():
+    with pytest.raises(AnsibleFilterError):
+        caddy_key_map([{"name": "alice", "keys": [A]}])
