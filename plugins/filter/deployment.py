@@ -73,6 +73,10 @@ _value:
       description: The extra engine arguments, as argv elements (C(--flag value) given as one string is split).
       type: list
       elements: str
+    local_url:
+      description: Where a client on the host reaches the engine, e.g. C(http://127.0.0.1:30000) (a wildcard bind is
+        reached over loopback).
+      type: str
     argv:
       description: Container command (see the engine_flags filter).
       type: list

@@ -526,10 +526,10 @@ def test_checkpoint_names_its_revision_variable():
 
 def test_engine_listens_on_loopback_unless_told_and_then_warns():
     quiet = dm.resolve({"quant": "int4", "engine": "vllm"}, [], require_revision=False)
-    assert quiet["host"] == "127.0.0.1"
+    assert quiet["host"] == "127.0.0.1" and quiet["local_url"] == "http://127.0.0.1:30000"
     assert not [w for w in quiet["warnings"] if "without authentication" in w]
     loud = dm.resolve({"quant": "int4", "engine": "vllm", "host": "0.0.0.0"}, [], require_revision=False)
-    assert loud["host"] == "0.0.0.0"
+    assert loud["host"] == "0.0.0.0" and loud["local_url"] == "http://127.0.0.1:30000"  # reached over loopback
     assert [w for w in loud["warnings"] if w.startswith("kimi_engine_host=0.0.0.0: the engine port 30000 answers")]
 
 
