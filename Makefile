@@ -11,7 +11,7 @@ COLLECTION_LINK := .collections/ansible_collections/kimi/deploy
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help setup lint sanity unit test plan build bench bench-proxy clean
+.PHONY: help setup demo demo-plan demo-clean lint sanity unit test plan build bench bench-proxy bench-converge clean
 
 help:  ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -28,6 +28,15 @@ $(COLLECTION_LINK):
 
 setup: $(BIN)/.stamp $(COLLECTION_LINK)  ## Make the virtualenv and link this checkout as kimi.deploy
 	@$(BIN)/ansible --version | head -1
+
+demo: setup  ## The main job on the embedded default: site.yml on a local container GPU host, then a client through Caddy (QUANT=, ENGINE=)
+	QUANT='$(QUANT)' ENGINE='$(ENGINE)' demo/demo.sh up
+
+demo-plan: setup  ## site.yml --check --diff on the demo host: the plan for QUANT= ENGINE=, nothing changed
+	QUANT='$(QUANT)' ENGINE='$(ENGINE)' demo/demo.sh plan
+
+demo-clean:  ## Remove everything make demo made (the host, its volumes, .demo/)
+	demo/demo.sh clean
 
 plan: setup  ## Resolve and print a deployment, no host needed (QUANT=, ENGINE=, GPUS=profile)
 	$(BIN)/ansible-playbook playbooks/plan.yml -e quant=$(or $(QUANT),auto) -e engine=$(or $(ENGINE),auto) \

@@ -3,7 +3,7 @@
 # from the collection root with the project's venv. Continues past a failure, prints a timing
 # table and a last line `molecule: N passed, N failed`; exits 1 if any failed.
 #
-#   tests/harness/run-molecule.sh                 # all scenarios
+#   tests/harness/run-molecule.sh                 # all scenarios (but demo, which make demo drives)
 #   tests/harness/run-molecule.sh harness other   # just these
 #
 # Environment:
@@ -31,7 +31,7 @@ if [ $# -gt 0 ]; then
 	scenarios=("$@")
 else
 	mapfile -t scenarios < <(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' |
-		xargs -rn1 basename | grep -v '^_' | sort)
+		xargs -rn1 basename | grep -v -e '^_' -e '^demo$' | sort)   # demo: driven by demo/demo.sh (tests/e2e)
 fi
 [ ${#scenarios[@]} -gt 0 ] || { echo "run-molecule: no scenario in molecule/" >&2; exit 2; }
 

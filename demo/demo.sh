@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# make demo / make demo-clean: the main job (the real playbooks/site.yml) on the embedded default, one local
+# container "GPU host" of the test harness (molecule/demo: systemd, nested Docker, CDI, the 8 x RTX PRO 6000 NVIDIA
+# doubles installed through nvidia_host's apt path, the fake hub, the engine doubles), then a real client call
+# through Caddy over TLS from this machine.
+#
+#   demo/demo.sh up [QUANT ENGINE]   converge (first run: create the host); switch when the identity changes
+#   demo/demo.sh plan [QUANT ENGINE] site.yml --check --diff on the running host: the plan, nothing changed
+#   demo/demo.sh clean               remove the host, its volumes and the demo folder
+#
+# Environment: KIMI_DEMO_DIR (default .demo: the client key, the CA, the logs, molecule's state),
+# KIMI_DEMO_INSTANCE (default kimi-demo), KIMI_DEMO_PORT (default 8443, on 127.0.0.1).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+mkdir -p "${KIMI_DEMO_DIR:-$ROOT/.demo}"
+KIMI_DEMO_DIR=$(cd "${KIMI_DEMO_DIR:-$ROOT/.demo}" && pwd)
+chmod 700 "$KIMI_DEMO_DIR"
+export KIMI_DEMO_DIR KIMI_DEMO_INSTANCE=${KIMI_DEMO_INSTANCE:-kimi-demo} KIMI_DEMO_PORT=${KIMI_DEMO_PORT:-8443}
+export KIMI_DEMO_KEY_FILE=$KIMI_DEMO_DIR/client-key
+export MOLECULE_EPHEMERAL_DIRECTORY=$KIMI_DEMO_DIR/molecule
+export PATH=$ROOT/.venv/bin:$PATH PY_COLORS=0 ANSIBLE_FORCE_COLOR=0 NO_COLOR=1
+unset ANSIBLE_CONFIG  # molecule writes its own (.config/molecule/config.yml)
+INSTANCE=$KIMI_DEMO_INSTANCE
+CA_IN_HOST=/var/lib/caddy/.local/share/caddy/pki/authorities/local/root.crt
+
+say() { printf 'demo: %s\n' "$*"; }
+mol() { local cmd=$1; shift; molecule --base-config .config/molecule/config.yml "$cmd" -s demo "$@"; }
+running() { [ "$(docker inspect -f '{{.State.Running}}' "$INSTANCE" 2>/dev/null)" = true ]; }
+serving() {  # the identity in the host's environment file, e.g. int4-sglang ("" when none)
+	running || return 0
+	docker exec "$INSTANCE" sh -c '. /etc/kimi-k26.env 2>/dev/null && [ -n "${QUANT:-}" ] && echo "$QUANT-$FRAMEWORK"' 2>/dev/null || true
+}
+
+clean() {
+	if [ -d "$MOLECULE_EPHEMERAL_DIRECTORY" ]; then mol destroy >"$KIMI_DEMO_DIR/destroy.log" 2>&1 || true; fi
+	docker rm -f -v "$INSTANCE" >/dev/null 2>&1 || true   # also when molecule's state was lost
+	rm -rf "$KIMI_DEMO_DIR"
+	say "removed the demo host $INSTANCE (container and volumes) and $KIMI_DEMO_DIR"
+	say "kept: the test images (kimi-test/*, kimi-double/*) and .cache/kimi-test, which make test uses too"
+}
+
+up() {
+	local quant=${1:-${QUANT:-}} engine=${2:-${ENGINE:-}} before after log=$KIMI_DEMO_DIR/converge.log first=0 changed
+	# The identity: as asked, else the one the demo serves now, else int4 on SGLang (the reference host's pick).
+	if [ -z "$quant$engine" ] && [ -f "$KIMI_DEMO_DIR/identity" ]; then read -r quant engine <"$KIMI_DEMO_DIR/identity"; fi
+	if [ -z "$quant$engine" ]; then quant=int4 engine=sglang; fi
+	quant=${quant:-auto} engine=${engine:-auto}  # one given: the other is recommended from the GPUs
+
+	say "preparing this machine (Docker engine, offline test images, doubles): tests/harness/prepare.sh"
+	tests/harness/prepare.sh >"$KIMI_DEMO_DIR/prepare.log" 2>&1 ||
+		{ tail -n 30 "$KIMI_DEMO_DIR/prepare.log"; say "prepare.sh failed (log: $KIMI_DEMO_DIR/prepare.log)"; exit 1; }
+
+	if [ ! -s "$KIMI_DEMO_KEY_FILE" ]; then
+		(umask 077 && python3 -c 'import secrets; print("kimi-demo-" + secrets.token_urlsafe(32))' >"$KIMI_DEMO_KEY_FILE")
+		say "generated a client key in $KIMI_DEMO_KEY_FILE (mode 0600; it is not printed)"
+	fi
+
+	# A host whose container is gone (reboot, docker rm) starts over: molecule's state would still say "created".
+	if ! running; then
+		first=1
+		if [ -d "$MOLECULE_EPHEMERAL_DIRECTORY" ]; then mol destroy >"$KIMI_DEMO_DIR/destroy.log" 2>&1 || true; fi
+	fi
+	before=$(serving)
+	say "site.yml -e quant=$quant -e engine=$engine on $INSTANCE${before:+ (serving $before now)} (log: $log)"
+	set +e
+	mol converge -- -e "quant=$quant" -e "engine=$engine" 2>&1 | tee "$log"
+	local rc=${PIPESTATUS[0]}
+	set -e
+	if [ "$rc" != 0 ]; then
+		say "site.yml failed on $INSTANCE (rc=$rc): the error above names the stage and the fix (log: $log)"
+		exit "$rc"
+	fi
+	echo "$quant $engine" >"$KIMI_DEMO_DIR/identity"
+	after=$(serving)
+	# changed= of every host in the last PLAY RECAP (site.yml's; create and prepare print theirs before it)
+	changed=$(awk '/^PLAY RECAP/ {n = 0; delete c} /changed=/ {for (i = 1; i <= NF; i++) if ($i ~ /^changed=/) {split($i, a, "="); c[n++] = a[2]}}
+		END {s = 0; for (k in c) s += c[k]; print s}' "$log")
+
+	docker cp "$INSTANCE:$CA_IN_HOST" "$KIMI_DEMO_DIR/ca.crt" >/dev/null
+	echo
+	say "a client on this machine, through Caddy over TLS, with the demo's key:"
+	python3 demo/client.py --endpoint "https://localhost:$KIMI_DEMO_PORT/v1" --api-key-file "$KIMI_DEMO_KEY_FILE" \
+		--ca "$KIMI_DEMO_DIR/ca.crt" --model kimi-k2.6
+	echo
+	if [ "$first" = 1 ]; then
+		say "first run: created $INSTANCE and converged it ($changed changes); run make demo again: it changes nothing"
+	elif [ -n "$before" ] && [ "$before" != "$after" ]; then
+		say "cutover: $INSTANCE switched from $before to $after ($changed changes); clients kept the model name kimi-k2.6"
+	elif [ "$changed" = 0 ]; then
+		say "second run: idempotent, changed=0 on every host"
+	else
+		say "converged with $changed changes"
+	fi
+	echo "endpoint: https://localhost:$KIMI_DEMO_PORT/v1"
+	echo "model: kimi-k2.6 ($after)"
+	echo "api key file: $KIMI_DEMO_KEY_FILE"
+	echo "ca: $KIMI_DEMO_DIR/ca.crt"
+}
+
+plan() {
+	local quant=${1:-${QUANT:-}} engine=${2:-${ENGINE:-}}
+	running || { say "no demo host is running: run make demo first"; exit 1; }
+	if [ -z "$quant$engine" ] && [ -f "$KIMI_DEMO_DIR/identity" ]; then read -r quant engine <"$KIMI_DEMO_DIR/identity"; fi
+	quant=${quant:-auto} engine=${engine:-auto}
+	say "site.yml --check --diff -e quant=$quant -e engine=$engine on $INSTANCE (nothing is changed)"
+	mol converge -- --check --diff -e "quant=$quant" -e "engine=$engine"
+}
+
+case ${1:-up} in
+	up) shift || true; up "$@" ;;
+	plan) shift; plan "$@" ;;
+	clean) clean ;;
+	*) echo "usage: $0 up [QUANT ENGINE] | plan [QUANT ENGINE] | clean" >&2; exit 2 ;;
+esac

@@ -1,0 +1,118 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""What a deployment is and how a site run went, as lines for people: the plan (plan.yml, site.yml --check) and
+the per-host summary at the end of site.yml. Formatting only: every value comes resolved from the deployment
+model and the roles' reports."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+# The site stages in order, each with the tag that selects it (site.yml).
+STAGES = ("preflight", "nvidia_host", "weights", "image", "serve", "proxy")
+
+
+def plan_lines(d):
+    """The resolved deployment `d` (kimi.deploy.deployment) as 'key: value' lines."""
+    hw = d.get("hardware")
+    if hw:
+        hardware = "%d x %s, %s, %d MiB pool, fits=%s, KV estimate %s tokens" % (
+            hw["gpu_count"], "/".join(hw["models"]), hw["sm"], hw["vram_total_mib"], hw["fits"],
+            hw["kv_tokens_estimate"])
+    else:
+        hardware = "no GPU facts given"
+    ckpt = d["checkpoint"]
+    return (["identity: %s (quant=%s, engine=%s %s)" % (d["identity"], d["quant"], d["engine"], d["engine_version"])]
+            + ["why: " + r for r in d.get("reasons", [])]
+            + ["hardware: " + hardware,
+               "checkpoint: %s @ %s (%s)" % (ckpt["repo_id"], ckpt["revision"] or "NOT PINNED", ckpt["format"]),
+               "image: %s%s" % (d["image"], " (built locally by kimi_image)" if d["image_is_local_build"] else ""),
+               "kv_cache_dtype: %s, moe_backend: %s, %s %s, context %s, tp %s" % (
+                   d["kv_cache_dtype"], d["moe_backend"] or "n/a", d["memory_flag"], d["mem_fraction"],
+                   d["context_length"], d["tp"]),
+               "served model name: %s on %s:%s" % (d["served_model_name"], d["host"], d["port"]),
+               "command: " + " ".join(d["command"])]
+            + ["warning: " + w for w in d.get("warnings", [])])
+
+
+def _checks(checks):
+    if not checks:
+        return "not run"
+    return ", ".join("%s %s %s" % (c.get("name"), "ok" if c.get("ok") else "FAILED",
+                                   "%.0f ms" % (float(c["latency_s"]) * 1000) if c.get("latency_s") is not None
+                                   else "-") for c in checks)
+
+
+def stage_times(marks, run_tags=("all",), skip_tags=(), local_build=False):
+    """[(stage, text)] from the marks site.yml notes at the end of each stage ([{stage, at}], 'start' first)."""
+    at = {}
+    order = []
+    for mark in marks or []:
+        at[mark["stage"]] = float(mark["at"])
+        order.append(mark["stage"])
+    run_tags, skip_tags = set(run_tags or ["all"]), set(skip_tags or [])
+    out = []
+    prev = at.get("start")
+    for stage in STAGES:
+        if stage not in at:
+            out.append((stage, "not reached"))
+            continue
+        took = at[stage] - prev if prev is not None else None
+        prev = at[stage]
+        selected = stage == "preflight" or (("all" in run_tags or stage in run_tags) and stage not in skip_tags)
+        if not selected:
+            out.append((stage, "skipped (tags)"))
+        elif stage == "image" and not local_build:
+            out.append((stage, "not needed"))
+        else:
+            out.append((stage, "%.1f s" % took if took is not None else "?"))
+    return out
+
+
+def site_summary(d, host, gpus=None, serve=None, proxy=None, weights=None, marks=None, run_tags=("all",),
+                 skip_tags=(), check_mode=False):
+    """One host's summary lines at the end of site.yml (in check mode: its plan and the files that would change)."""
+    serve, proxy, weights = serve or {}, proxy or {}, weights or {}
+    ckpt = d["checkpoint"]
+    endpoint = proxy.get("endpoint")
+    if check_mode:
+        head = "%s: PLAN (check mode, nothing was changed): %s as %s" % (host, d["identity"], d["served_model_name"])
+    elif endpoint:
+        head = "%s: serving %s as %s at %s" % (host, d["identity"], d["served_model_name"], endpoint)
+    elif serve:
+        head = "%s: serving %s as %s at %s (engine only; the proxy stage did not run)" % (
+            host, d["identity"], d["served_model_name"], serve.get("url"))
+    else:
+        head = "%s: %s resolved; not serving from this run (stages skipped)" % (host, d["identity"])
+    lines = [head, "GPUs: %s" % (gpus or "not read")]
+    lines.append("identity: %s (quant=%s, engine=%s %s) from %s@%s" % (
+        d["identity"], d["quant"], d["engine"], d["engine_version"], ckpt["repo_id"], ckpt["revision"]))
+    lines += ["why: " + r for r in d.get("reasons", [])]
+    lines.append("image: %s%s" % (d["image"], " (built locally by kimi_image)" if d["image_is_local_build"] else ""))
+    if weights and not check_mode:
+        lines.append("weights: %s files, %.1f GB in %s (%.2f GB fetched, verified: %s)" % (
+            weights.get("files", "?"), float(weights.get("bytes_total") or 0) / 1e9, weights.get("snapshot_path"),
+            float(weights.get("bytes_downloaded") or 0) / 1e9, weights.get("verified")))
+    if endpoint:
+        lines.append("endpoint: %s (model %s, client keys from caddy_proxy_clients%s)" % (
+            endpoint, d["served_model_name"], ", CA " + proxy["ca"] if proxy.get("ca") else ""))
+    lines.append("engine: %s on the host (%s)" % (d["local_url"], d["memory_flag"] + " " + str(d["mem_fraction"])))
+    if check_mode:
+        lines.append("command: " + " ".join(d["command"]))
+        changed = list(serve.get("changed_files") or []) + list(proxy.get("changed_files") or [])
+        lines.append("would change: " + (", ".join(changed) if changed else "no file (converged)"))
+    else:
+        if serve:
+            lines.append("verify on the engine: " + _checks(serve.get("checks")) + (
+                "; restarted, ready in %s s" % serve["ready_s"] if serve.get("restarted") and serve.get("ready_s")
+                is not None else ("; not restarted" if not serve.get("restarted") else "")))
+        if proxy:
+            lines.append("verify through the proxy: " + _checks(proxy.get("checks")))
+    times = stage_times(marks, run_tags, skip_tags, d["image_is_local_build"])
+    total = ""
+    stamps = [float(m["at"]) for m in marks or []]
+    if len(stamps) > 1:
+        total = " (total %.1f s)" % (stamps[-1] - stamps[0])
+    lines.append("stages: " + ", ".join("%s %s" % st for st in times) + total)
+    return lines

@@ -1,0 +1,173 @@
+"""`make demo` end to end: the README's first command, on its own demo host, as a user runs it.
+
+One module-scoped demo host (instance kimi-demo-e2e, port 18443, state in build/e2e-demo: never the user's .demo),
+driven through the Makefile targets in order: the first run prints a completion, a tool call and a vision answer
+through Caddy over TLS; the endpoint answers from this machine with the key file and CA it names, and refuses a
+request without a key; a second run changes nothing; --check --diff prints the plan of a switch and changes nothing;
+a switch to vLLM is seen; NVFP4 stops at the image stage and the current deployment keeps serving; demo-clean
+removes everything. The tests depend on each other's order (pytest runs a module's tests in file order).
+"""
+import json
+import os
+import re
+import ssl
+import stat
+import subprocess
+import urllib.error
+import urllib.request
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DIR = os.path.join(ROOT, "build", "e2e-demo")
+INSTANCE = "kimi-demo-e2e"
+PORT = 18443
+ENV = dict(os.environ, KIMI_DEMO_DIR=DIR, KIMI_DEMO_INSTANCE=INSTANCE, KIMI_DEMO_PORT=str(PORT))
+ENV.pop("ANSIBLE_CONFIG", None)
+ENDPOINT = "https://localhost:%d/v1" % PORT
+
+
+def make(*args, check=True):
+    proc = subprocess.run(["make", "--no-print-directory"] + list(args), cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, universal_newlines=True, timeout=900)
+    if check and proc.returncode != 0:
+        pytest.fail("make %s failed (rc=%d):\n%s" % (" ".join(args), proc.returncode, proc.stdout[-6000:]))
+    return proc
+
+
+def host(*cmd):
+    return subprocess.run(["docker", "exec", INSTANCE] + list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, check=True).stdout
+
+
+def lines_of(output, prefix):
+    return [line[len(prefix):].strip() for line in output.splitlines() if line.startswith(prefix)]
+
+
+def request(path, key=None):
+    ctx = ssl.create_default_context(cafile=os.path.join(DIR, "ca.crt"))
+    headers = {"Authorization": "Bearer " + key} if key else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(ENDPOINT + path, headers=headers), context=ctx,
+                                    timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def snapshot():
+    """What a check-mode run must not touch: config files, units, the engine container, the service PIDs."""
+    files = host("sh", "-c", "sha256sum /etc/kimi-k26.env /etc/kimi-k26/* /etc/systemd/system/kimi-k26.service "
+                             "/etc/caddy/Caddyfile /etc/caddy/kimi-api-keys.caddy /usr/local/bin/kimi-k26-launch "
+                             "2>/dev/null; ls -la --time-style=full-iso /etc/kimi-k26 /etc/caddy")
+    services = host("systemctl", "show", "-p", "MainPID,ActiveEnterTimestamp", "kimi-k26", "caddy")
+    containers = host("docker", "ps", "--no-trunc", "--format", "{{.ID}} {{.Image}} {{.Status}}")
+    containers = re.sub(r"Up [^\n]*", "Up", containers)
+    return files, services, containers
+
+
+@pytest.fixture(scope="module")
+def first_run():
+    make("demo-clean")
+    yield make("demo")
+    make("demo-clean")
+
+
+def test_first_run_prints_a_completion_a_tool_call_and_vision_through_caddy(first_run):
+    out = first_run.stdout
+    assert lines_of(out, "completion:")[0].startswith("HTTP 200")
+    assert "Hello from the Kimi-K2.6 engine double (sglang)" in lines_of(out, "completion:")[0]
+    assert re.search(r"get_weather\(.*Paris", lines_of(out, "tool call:")[0])
+    assert "blue" in lines_of(out, "vision:")[0]
+    assert lines_of(out, "no key:")[0].startswith("HTTP 401")
+    assert "demo: first run: created %s" % INSTANCE in out
+    last = out.rstrip().splitlines()[-4:]
+    assert last[0] == "endpoint: " + ENDPOINT
+    assert last[2] == "api key file: " + os.path.join(DIR, "client-key")
+    assert last[3] == "ca: " + os.path.join(DIR, "ca.crt")
+
+
+def test_site_yml_ends_with_one_summary_per_host(first_run):
+    out = first_run.stdout
+    assert "%s: serving int4-sglang as kimi-k2.6 at https://localhost:443/v1" % INSTANCE in out
+    assert re.search(r"verify through the proxy: health ok \d+ ms, models ok \d+ ms, text ok \d+ ms, tool ok \d+ ms, "
+                     r"vision ok \d+ ms", out)
+    assert re.search(r"verify on the engine: health ok \d+ ms", out)
+    assert re.search(r"stages: preflight [\d.]+ s, nvidia_host [\d.]+ s, weights [\d.]+ s, image not needed, "
+                     r"serve [\d.]+ s, proxy [\d.]+ s \(total [\d.]+ s\)", out)
+    assert "why: quant=int4 engine=sglang: set by the user." in out
+
+
+def test_the_key_is_generated_once_kept_private_and_never_printed(first_run):
+    key_file = os.path.join(DIR, "client-key")
+    key = open(key_file).read().strip()
+    assert stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
+    assert len(key) >= 32 and key not in first_run.stdout
+    assert key not in open(os.path.join(DIR, "converge.log")).read()
+    assert "example-0123" not in key  # never the example inventory's published key
+
+
+def test_the_endpoint_answers_this_machine_with_the_named_key_and_ca(first_run):
+    key = open(os.path.join(DIR, "client-key")).read().strip()
+    status, body = request("/models", key)
+    assert status == 200 and [m["id"] for m in body["data"]] == ["kimi-k2.6"]
+    status, body = request("/models")
+    assert status == 401 and body["error"]["code"] == "invalid_api_key"
+    status, body = request("/models", "kimi-demo-a-wrong-key-of-the-right-length-000")
+    assert status == 401
+
+
+def test_a_second_run_changes_nothing_and_says_so(first_run):
+    out = make("demo").stdout
+    assert "demo: second run: idempotent, changed=0 on every host" in out
+    recap = out[out.rindex("PLAY RECAP"):]
+    assert re.search(r"%s\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=0" % INSTANCE, recap)
+
+
+def test_check_diff_prints_the_plan_of_a_switch_and_changes_nothing(first_run):
+    before = snapshot()
+    out = make("demo-plan", "QUANT=int4", "ENGINE=vllm").stdout
+    assert "%s: PLAN (check mode, nothing was changed): int4-vllm as kimi-k2.6" % INSTANCE in out
+    assert re.search(r"command: vllm serve moonshotai/Kimi-K2.6 .*--tensor-parallel-size 8", out)
+    assert re.search(r"image: kimi-double/vllm-openai:v0.22.1", out)
+    would = lines_of(out, "    - 'would change:") or lines_of(out, "would change:")
+    assert re.search(r"identity: int4-vllm .* from moonshotai/Kimi-K2.6@[0-9a-f]{40}", out)
+    assert "/etc/kimi-k26/int4-vllm.args" in out and "/etc/kimi-k26.env" in out
+    assert re.search(r"^\+FRAMEWORK=vllm$", out, re.M) and re.search(r"^-FRAMEWORK=sglang$", out, re.M)  # --diff
+    assert would or "would change:" in out
+    assert snapshot() == before
+
+
+def test_a_switch_to_vllm_is_one_command_and_the_cutover_is_seen(first_run):
+    out = make("demo", "QUANT=int4", "ENGINE=vllm").stdout
+    assert "demo: cutover: %s switched from int4-sglang to int4-vllm" % INSTANCE in out
+    assert "Hello from the Kimi-K2.6 engine double (vllm)" in lines_of(out, "completion:")[0]
+    assert "served by vllm" in lines_of(out, "models:")[0]
+    assert "model: kimi-k2.6 (int4-vllm)" in out
+
+
+def test_nvfp4_stops_at_the_image_stage_and_the_current_deployment_keeps_serving(first_run):
+    proc = make("demo", "QUANT=nvfp4", "ENGINE=vllm", check=False)
+    assert proc.returncode != 0
+    assert re.search(r"%s: stage image: nvfp4-vllm needs the locally built image kimi-k26-nvfp4-vllm:cu130-mla"
+                     % INSTANCE, proc.stdout)
+    assert "This version of kimi.deploy does not build it yet" in proc.stdout
+    assert "QUANT=int4" in host("cat", "/etc/kimi-k26.env") and "FRAMEWORK=vllm" in host("cat", "/etc/kimi-k26.env")
+    key = open(os.path.join(DIR, "client-key")).read().strip()
+    status, body = request("/models", key)
+    assert status == 200 and body["data"][0]["owned_by"] == "vllm"
+
+
+def test_demo_clean_removes_everything_the_demo_made(first_run):
+    volumes = json.loads(subprocess.run(["docker", "inspect", "-f", "{{json .Mounts}}", INSTANCE],
+                                        stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout)
+    anonymous = [m["Name"] for m in volumes if m.get("Type") == "volume"]
+    assert anonymous  # the nested /var/lib/docker
+    out = make("demo-clean").stdout
+    assert "removed the demo host %s" % INSTANCE in out
+    assert subprocess.run(["docker", "inspect", INSTANCE], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode != 0
+    for name in anonymous:
+        assert subprocess.run(["docker", "volume", "inspect", name], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL).returncode != 0
+    assert not os.path.exists(DIR)
