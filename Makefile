@@ -35,7 +35,10 @@ demo: setup  ## The main job on the embedded default: site.yml on a local contai
 demo-plan: setup  ## site.yml --check --diff on the demo host: the plan for QUANT= ENGINE=, nothing changed
 	QUANT='$(QUANT)' ENGINE='$(ENGINE)' demo/demo.sh plan
 
-demo-clean:  ## Remove everything make demo made (the host, its volumes, .demo/)
+demo-bench-converge: setup  ## Converge benchmark: first vs no-op site.yml run, 1 host vs 4 (harness hosts; ~8 min)
+	$(BIN)/python bench/converge.py $(ARGS)
+
+clean:  ## Remove everything make demo made (the host, its volumes, .demo/)
 	demo/demo.sh clean
 
 plan: setup  ## Resolve and print a deployment, no host needed (QUANT=, ENGINE=, GPUS=profile)
@@ -66,6 +69,9 @@ bench: setup  ## Download benchmark: hf_snapshot vs huggingface_hub on the fake 
 bench-proxy: setup  ## Latency Caddy adds, direct vs proxied (converges and keeps the molecule caddy_proxy instance)
 	env -u ANSIBLE_CONFIG $(BIN)/molecule converge -s caddy_proxy >/dev/null
 	docker exec -i kimi-caddy python3 - $(ARGS) < bench/caddy_latency.py
+
+bench-converge: setup  ## Converge benchmark: first vs no-op site.yml run, 1 host vs 4 (harness hosts; ~8 min)
+	$(BIN)/python bench/converge.py $(ARGS)
 
 clean:  ## Remove the virtualenv, the collection link and build output
 	rm -rf $(VENV) .collections build

@@ -31,7 +31,7 @@ if [ $# -gt 0 ]; then
 	scenarios=("$@")
 else
 	mapfile -t scenarios < <(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' |
-		xargs -rn1 basename | grep -v -e '^_' -e '^demo$' | sort)   # demo: driven by demo/demo.sh (tests/e2e)
+		xargs -rn1 basename | grep -v -e '^_' -e '^demo$' -e '^converge_bench$' | sort)   # demo: demo/demo.sh; converge_bench: bench/converge.py
 fi
 [ ${#scenarios[@]} -gt 0 ] || { echo "run-molecule: no scenario in molecule/" >&2; exit 2; }
 
