@@ -14,7 +14,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 .PHONY: help setup demo demo-plan demo-clean lint sanity unit test plan build bench bench-proxy bench-converge clean
 
 help:  ## List targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
 $(BIN)/.stamp: requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "Python 3.12 not found: set PYTHON=/path/to/python3.12" >&2; exit 1; }
@@ -35,10 +35,7 @@ demo: setup  ## The main job on the embedded default: site.yml on a local contai
 demo-plan: setup  ## site.yml --check --diff on the demo host: the plan for QUANT= ENGINE=, nothing changed
 	QUANT='$(QUANT)' ENGINE='$(ENGINE)' demo/demo.sh plan
 
-demo-bench-converge: setup  ## Converge benchmark: first vs no-op site.yml run, 1 host vs 4 (harness hosts; ~8 min)
-	$(BIN)/python bench/converge.py $(ARGS)
-
-clean:  ## Remove everything make demo made (the host, its volumes, .demo/)
+demo-clean:  ## Remove everything make demo made (the host, its volumes, .demo/)
 	demo/demo.sh clean
 
 plan: setup  ## Resolve and print a deployment, no host needed (QUANT=, ENGINE=, GPUS=profile)
@@ -57,7 +54,7 @@ sanity: setup  ## ansible-test sanity on a copy laid out as ansible_collections/
 unit: setup  ## Unit and playbook tests (pytest)
 	$(BIN)/pytest -q tests/unit tests/integration
 
-test: setup  ## Everything CI runs: lint, sanity, unit tests
+test: setup  ## Everything CI runs: lint, sanity, build, pytest, make demo end to end, molecule
 	tests/run-all.sh
 
 build: setup  ## Build the collection tarball into build/

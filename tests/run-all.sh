@@ -53,13 +53,17 @@ suite() {  # suite NAME JUNIT COMMAND...: a runner whose cases are counted from 
   if [ $rc != 0 ] && ! grep -q '<failure\|<error' "$junit" 2>/dev/null; then failed=$((failed + 1)); fi
 }
 
-build_and_install() {  # the built tarball installs and its plugins load from the install
+build_and_install() {  # the built tarball installs, its plugins load and its playbooks run by name from the install
   local tmp
   tmp=$(mktemp -d)
   ansible-galaxy collection build --force --output-path "$tmp" . >/dev/null &&
     ansible-galaxy collection install --offline --force -p "$tmp/installed" "$tmp"/kimi-deploy-*.tar.gz >/dev/null &&
     ANSIBLE_COLLECTIONS_PATH=$tmp/installed ansible-doc -t filter kimi.deploy.engine_flags >/dev/null &&
-    ! tar -tzf "$tmp"/kimi-deploy-*.tar.gz | grep -qE '^(tests|molecule|\.venv|\.collections)/'
+    (cd "$tmp" && env -u ANSIBLE_CONFIG ANSIBLE_COLLECTIONS_PATH="$tmp/installed" ansible-playbook kimi.deploy.plan \
+      -e quant=int4 -e engine=sglang -e @"$root/tests/fixtures/gpus/rtx-pro-6000-x8.json" | grep -q 'identity: int4-sglang') &&
+    (cd "$tmp" && env -u ANSIBLE_CONFIG ANSIBLE_COLLECTIONS_PATH="$tmp/installed" ansible-playbook kimi.deploy.site \
+      -i localhost, --syntax-check >/dev/null) &&
+    ! tar -tzf "$tmp"/kimi-deploy-*.tar.gz | grep -qE '^(tests|molecule|demo|\.venv|\.collections|\.demo)/'
   local rc=$?
   rm -rf "$tmp"
   return $rc
@@ -72,6 +76,10 @@ run changelog bash -c 'antsibull-changelog lint && antsibull-changelog lint-chan
 run sanity tests/sanity.sh
 run build-install build_and_install
 suite pytest "$out/pytest.xml" pytest -q -p no:cacheprovider --junitxml="$out/pytest.xml" tests/unit tests/integration
+
+# make demo end to end (the README's first command) on its own demo host: completion through Caddy, 401, idempotence,
+# the --check --diff plan, a switch, NVFP4 stopping at the image stage, demo-clean.
+suite e2e-demo "$out/e2e.xml" pytest -q -p no:cacheprovider --junitxml="$out/e2e.xml" tests/e2e
 
 start=$SECONDS
 KIMI_TEST_SKIP_PREPARE=1 tests/harness/run-molecule.sh 2>&1 | tee "$out/molecule.log"

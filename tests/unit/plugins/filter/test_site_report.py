@@ -1,0 +1,85 @@
+"""The summary and plan lines (plugins/module_utils/_report.py) and the dpkg_packages filter."""
+import json
+import os
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.kimi.deploy.plugins.filter.dpkg_packages import dpkg_packages
+from ansible_collections.kimi.deploy.plugins.filter.site_summary import site_summary_filter
+from ansible_collections.kimi.deploy.plugins.module_utils._deployment import resolve
+from ansible_collections.kimi.deploy.plugins.module_utils._report import plan_lines, stage_times
+
+REV = "0123456789abcdef0123456789abcdef01234567"
+
+
+GPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "gpus", "rtx-pro-6000-x8.json")
+
+
+@pytest.fixture
+def deployment():
+    with open(GPUS) as f:
+        gpus = json.load(f)["kimi_gpus"]
+    return resolve({"quant": "int4", "engine": "sglang", "revisions": {"int4": REV}}, gpus)
+
+
+MARKS = [{"stage": "start", "at": 100.0}, {"stage": "preflight", "at": "102.5"}, {"stage": "nvidia_host", "at": 110},
+         {"stage": "weights", "at": 111}, {"stage": "image", "at": 111}, {"stage": "serve", "at": 120},
+         {"stage": "proxy", "at": 125.25}]
+CHECKS = [{"name": "health", "ok": True, "latency_s": 0.004}, {"name": "text", "ok": True, "latency_s": 0.0123}]
+
+
+def test_summary_names_host_endpoint_checks_and_stage_times(deployment):
+    lines = site_summary_filter(deployment, "gpu1", gpus="8 x RTX PRO 6000",
+                                serve={"url": "http://127.0.0.1:30000", "checks": CHECKS, "restarted": False},
+                                proxy={"endpoint": "https://gpu1:443/v1", "checks": CHECKS, "ca": "/ca.crt"},
+                                marks=MARKS, run_tags=["all"])
+    assert lines[0] == "gpu1: serving int4-sglang as kimi-k2.6 at https://gpu1:443/v1"
+    assert "GPUs: 8 x RTX PRO 6000" in lines
+    assert "identity: int4-sglang (quant=int4, engine=sglang 0.5.12.post1) from moonshotai/Kimi-K2.6@" + REV in lines
+    assert "verify through the proxy: health ok 4 ms, text ok 12 ms" in lines
+    assert "verify on the engine: health ok 4 ms, text ok 12 ms; not restarted" in lines
+    assert lines[-1] == ("stages: preflight 2.5 s, nvidia_host 7.5 s, weights 1.0 s, image not needed, serve 9.0 s, "
+                         "proxy 5.2 s (total 25.2 s)")
+    assert not any(line.startswith("command:") for line in lines)
+
+
+def test_check_mode_is_the_plan_with_the_command_and_the_files_that_would_change(deployment):
+    lines = site_summary_filter(deployment, "gpu1", serve={"changed_files": ["/etc/kimi-k26.env"]},
+                                proxy={"endpoint": "https://gpu1:443/v1", "changed_files": ["/etc/caddy/Caddyfile"]},
+                                marks=MARKS, check_mode=True)
+    assert lines[0] == "gpu1: PLAN (check mode, nothing was changed): int4-sglang as kimi-k2.6"
+    assert "command: " + " ".join(deployment["command"]) in lines
+    assert "would change: /etc/kimi-k26.env, /etc/caddy/Caddyfile" in lines
+    converged = site_summary_filter(deployment, "gpu1", serve={}, proxy={}, marks=MARKS, check_mode=True)
+    assert "would change: no file (converged)" in converged
+
+
+def test_stages_left_out_by_tags_are_named_so():
+    times = dict(stage_times(MARKS, run_tags=["proxy"], skip_tags=[]))
+    assert times["preflight"] == "2.5 s" and times["proxy"] == "5.2 s"
+    assert times["serve"] == times["weights"] == times["nvidia_host"] == "skipped (tags)"
+    times = dict(stage_times(MARKS, run_tags=["all"], skip_tags=["nvidia_host"], local_build=True))
+    assert times["nvidia_host"] == "skipped (tags)" and times["image"] == "0.0 s"
+    assert dict(stage_times(MARKS[:3]))["serve"] == "not reached"
+
+
+def test_plan_lines_end_with_the_command(deployment):
+    lines = plan_lines(deployment)
+    assert lines[0] == "identity: int4-sglang (quant=int4, engine=sglang 0.5.12.post1)"
+    assert "checkpoint: moonshotai/Kimi-K2.6 @ %s (%s)" % (REV, deployment["checkpoint"]["format"]) in lines
+    assert lines[-1 - len(deployment["warnings"])].startswith("command: python3 -m sglang.launch_server ")
+
+
+def test_summary_refuses_what_is_not_a_deployment():
+    with pytest.raises(AnsibleFilterError, match="site_summary"):
+        site_summary_filter({"identity": "x"}, "gpu1")
+
+
+def test_dpkg_packages_keeps_installed_and_held_in_package_facts_shape():
+    text = "ii \tfoo\t1.0-1\tamd64\nhi \tnvidia-driver-580-open\t580.1\tamd64\nrc \tgone\t3\tamd64\nun \tx\t\tall\n"
+    assert dpkg_packages(text) == {
+        "foo": [{"name": "foo", "version": "1.0-1", "arch": "amd64", "source": "dpkg"}],
+        "nvidia-driver-580-open": [{"name": "nvidia-driver-580-open", "version": "580.1", "arch": "amd64",
+                                    "source": "dpkg"}]}
+    with pytest.raises(AnsibleFilterError):
+        dpkg_packages(None)
