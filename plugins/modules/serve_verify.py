@@ -26,6 +26,8 @@ description:
     C(--enable-auto-tool-choice) and C(--tool-call-parser) for this).
   - V(vision) - a solid red PNG generated here, sent as a base64 data URL; the answer in C(content) must name the
     colour. O(max_tokens) must leave room for the reasoning and the answer.
+  - V(no_key) - C(GET /v1/models) without any key must be refused with 401 (a proxy that checks keys; the engine
+    itself answers 200 there).
   - Fails when any check fails, with a message listing the failed checks and why. Changes nothing.
 version_added: 0.1.0
 author: kimi.deploy maintainers (@kimi-deploy)
@@ -58,7 +60,7 @@ options:
     description: The checks to run, in this order.
     type: list
     elements: str
-    choices: [health, models, text, text_no_thinking, tool, vision]
+    choices: [health, models, text, text_no_thinking, tool, vision, no_key]
     default: [health, models, text, text_no_thinking, tool, vision]
   timeout:
     description: Seconds one request may take.
@@ -151,7 +153,8 @@ from urllib.request import HTTPSHandler, ProxyHandler, Request, build_opener
 
 from ansible.module_utils.basic import AnsibleModule
 
-CHECKS = ("health", "models", "text", "text_no_thinking", "tool", "vision")
+CHECKS = ("health", "models", "text", "text_no_thinking", "tool", "vision", "no_key")
+DEFAULT_CHECKS = CHECKS[:6]  # no_key only makes sense through a proxy that checks keys
 VISION_COLOUR = ("red", (220, 20, 20))
 TEXT_PROMPT = "What is the capital of France? Answer in one short sentence."
 TOOL = {"type": "function", "function": {
@@ -200,14 +203,14 @@ class Verifier(object):
         return build_opener(*handlers)
 
     # ---- HTTP -------------------------------------------------------------------------------------------
-    def request(self, path, body=None):
+    def request(self, path, body=None, key=True):
         """(status, parsed JSON or raw text). Raises CheckFailed when there is no HTTP answer."""
         headers = {"Accept": "application/json"}
         data = None
         if body is not None:
             data = json.dumps(body).encode("utf-8")
             headers["Content-Type"] = "application/json"
-        if self.p["api_key"]:
+        if self.p["api_key"] and key:
             headers["Authorization"] = "Bearer " + self.p["api_key"]
         req = Request(self.base + path, data=data, headers=headers, method="POST" if data is not None else "GET")
         try:
@@ -255,6 +258,13 @@ class Verifier(object):
         if self.p["served_model_name"] not in ids:
             raise CheckFailed("GET /v1/models lists %s, not %r" % (ids, self.p["served_model_name"]))
         return "lists %s" % ", ".join(str(i) for i in ids)
+
+    def check_no_key(self):
+        status, reply = self.request("/v1/models", key=False)
+        if status != 401:
+            raise CheckFailed("GET /v1/models without a key answered %s, not 401: %s" % (
+                status, excerpt(error_text(reply))))
+        return "GET /v1/models without a key answered 401"
 
     def check_text(self):
         message, finish = self.chat([{"role": "user", "content": TEXT_PROMPT}])
@@ -343,7 +353,7 @@ def main():
             validate_certs=dict(type="bool", default=True),
             ca_path=dict(type="path"),
             use_proxy=dict(type="bool", default=False),
-            checks=dict(type="list", elements="str", choices=list(CHECKS), default=list(CHECKS)),
+            checks=dict(type="list", elements="str", choices=list(CHECKS), default=list(DEFAULT_CHECKS)),
             timeout=dict(type="int", default=300),
             max_tokens=dict(type="int", default=2048, no_log=False),
         ),

@@ -182,6 +182,13 @@ def test_api_key_goes_to_the_proxy_and_never_into_the_result(doubles):
         assert by_name(denied)["health"]["detail"].startswith("GET /health answered 401")
         wrong = run_verify(url=proxy.url, served_model_name=NAME, api_key="sk-wrong", checks=["health"])
         assert wrong["failed_checks"] == ["health"] and "sk-wrong" not in wrong["_stdout"]
+        # no_key: the same request without the key must be refused; seen with the key's header only before
+        refused = run_verify(url=proxy.url, served_model_name=NAME, api_key=API_KEY, checks=["models", "no_key"])
+        assert refused["passed"] and by_name(refused)["no_key"]["detail"].endswith("without a key answered 401")
+        assert proxy.seen[-1] is None or proxy.seen[-1] == ""
+        open_engine = run_verify(url=doubles("vllm").url, served_model_name=NAME, checks=["no_key"])
+        assert open_engine["failed_checks"] == ["no_key"]
+        assert "answered 200, not 401" in by_name(open_engine)["no_key"]["detail"]
     finally:
         proxy.close()
 
