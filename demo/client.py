@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The demo's client: what a user's OpenAI client does against the endpoint make demo built, from this machine,
 through Caddy over TLS. Standard library only.
 
@@ -24,7 +24,7 @@ def png(width, height, rgb):
     """A solid-colour 8-bit RGB PNG."""
     def chunk(kind, body):
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-    rows = b"".join(b"\x00" + bytes(rgb) * width for _ in range(height))
+    rows = b"".join(b"\x00" + bytes(rgb) * width for _row in range(height))
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
             + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
@@ -57,7 +57,7 @@ class Client:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--endpoint", required=True, help="the OpenAI base URL, https://host:port/v1")
     ap.add_argument("--api-key-file", required=True, help="a file holding one client key")
     ap.add_argument("--ca", help="the CA certificate to trust (Caddy's internal root)")

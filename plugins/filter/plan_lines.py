@@ -12,9 +12,9 @@ short_description: A resolved Kimi-K2.6 deployment as lines for people (identity
 version_added: 0.2.0
 author: kimi.deploy contributors
 description:
-  - Returns the plan of a deployment resolved by P(kimi.deploy.deployment#filter), one C(key: value) line each:
+  - "Returns the plan of a deployment resolved by P(kimi.deploy.deployment#filter), one C(key: value) line each:
     identity and engine version, the reasons, the hardware verdict, checkpoint and revision, image, KV/MoE/memory
-    settings, the served model name and address, the exact engine command line, and the warnings.
+    settings, the served model name and address, the exact engine command line, and the warnings."
   - playbooks/plan.yml prints it; it formats only, every value comes from the deployment model.
 options:
   _input:

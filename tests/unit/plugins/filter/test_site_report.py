@@ -76,7 +76,7 @@ def test_summary_refuses_what_is_not_a_deployment():
 
 
 def test_dpkg_packages_keeps_installed_and_held_in_package_facts_shape():
-    text = "ii \tfoo\t1.0-1\tamd64\nhi \tnvidia-driver-580-open\t580.1\tamd64\nrc \tgone\t3\tamd64\nun \tx\t\tall\n"
+    text = "ii |foo|1.0-1|amd64\nhi |nvidia-driver-580-open|580.1|amd64\nrc |gone|3|amd64\nun |x||all\n"
     assert dpkg_packages(text) == {
         "foo": [{"name": "foo", "version": "1.0-1", "arch": "amd64", "source": "dpkg"}],
         "nvidia-driver-580-open": [{"name": "nvidia-driver-580-open", "version": "580.1", "arch": "amd64",
