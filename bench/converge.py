@@ -9,7 +9,8 @@ runs it) and four hosts (molecule/converge_bench, the same inputs and converge).
 profile_tasks callback:
 
 1. the first converge (nothing of the deployment on the hosts: driver, weights, engine, proxy all to do);
-2. the second converge, which must change nothing (changed=0 on every host), and whose time is the waste to remove.
+2. the second converge, which must change nothing (changed=0 on every host), and whose time is the waste to remove
+   (one host: three no-op runs, the median counts; the machine is shared and one run can be 10-20 % off).
 
 It prints the figures, the time per stage from site.yml's own per-host summary, the slowest tasks of the no-op
 converge, and these ratios against their goals (issue 12): no-op / first converge of one host <= 0.5; first converge
@@ -72,7 +73,7 @@ def slowest_tasks(out, n):
     return [(name.strip(), float(s)) for name, s in rows[:n]]
 
 
-def run_fleet(name, scenario, hosts, env, keep):
+def run_fleet(name, scenario, hosts, env, keep, noop_runs=1):
     env = dict(env, MOLECULE_EPHEMERAL_DIRECTORY=os.path.join(WORK, name, "molecule"))
     os.makedirs(env["MOLECULE_EPHEMERAL_DIRECTORY"], exist_ok=True)
     molecule(scenario, "destroy", env)
@@ -83,17 +84,22 @@ def run_fleet(name, scenario, hosts, env, keep):
             print(out[-3000:])
             raise SystemExit("%s %s failed" % (scenario, step))
     runs = {}
-    for label in ("first", "noop"):
+    labels = ["first"] + ["noop"] * noop_runs
+    for n, label in enumerate(labels):
         rc, out, took = molecule(scenario, "converge", env)
-        with open(os.path.join(WORK, name, "converge-%s.log" % label), "w") as f:
+        with open(os.path.join(WORK, name, "converge-%s%s.log" % (label, "-%d" % n if n > 1 else "")), "w") as f:
             f.write(out)
         if rc != 0:
             print(out[-3000:])
             raise SystemExit("%s converge (%s) failed" % (scenario, label))
-        runs[label] = {"seconds": ansible_seconds(out), "wall_s": round(took, 1), "changed": changed_per_host(out),
-                       "stages": stage_seconds(out), "slowest": slowest_tasks(out, 12)}
-        print("  %-8s %s converge: %.1f s (changed: %s)" % (name, label, runs[label]["seconds"],
-                                                            runs[label]["changed"]), flush=True)
+        run = {"seconds": ansible_seconds(out), "wall_s": round(took, 1), "changed": changed_per_host(out),
+               "stages": stage_seconds(out), "slowest": slowest_tasks(out, 12)}
+        runs.setdefault(label + "_runs", []).append(run)
+        print("  %-8s %s converge: %.1f s (changed: %s)" % (name, label, run["seconds"], run["changed"]), flush=True)
+    # The median no-op run (the machine is shared: one run can be 10-20 % off)
+    noops = sorted(runs["noop_runs"], key=lambda r: r["seconds"])
+    runs["first"], runs["noop"] = runs["first_runs"][0], noops[len(noops) // 2]
+    runs["noop_seconds_all"] = [r["seconds"] for r in runs["noop_runs"]]
     if len(runs["first"]["changed"]) != hosts:
         raise SystemExit("%s: expected %d hosts in the recap, got %s" % (name, hosts, runs["first"]["changed"]))
     if not keep:
@@ -105,6 +111,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--keep", action="store_true", help="keep the instances (molecule login -s ... to look)")
     ap.add_argument("--only", choices=["1", "4"], help="only the one-host or the four-host fleet")
+    ap.add_argument("--noop-runs", type=int, default=3, help="no-op converges of the one host; the median counts")
     args = ap.parse_args()
     os.makedirs(WORK, exist_ok=True)
     key_file = os.path.join(WORK, "client-key")
@@ -122,7 +129,7 @@ def main():
     results = {"date": datetime.date.today().isoformat(), "cpus": os.cpu_count(), "fleets": {}}
     print("converge benchmark (site.yml on the harness; %d CPUs)" % os.cpu_count(), flush=True)
     if args.only != "4":
-        results["fleets"]["1"] = run_fleet("1-host", "demo", 1, env, args.keep)
+        results["fleets"]["1"] = run_fleet("1-host", "demo", 1, env, args.keep, noop_runs=args.noop_runs)
     if args.only != "1":
         results["fleets"]["4"] = run_fleet("4-hosts", "converge_bench", 4, env, args.keep)
 
@@ -132,9 +139,10 @@ def main():
     if one:
         rows.append(("1 host, first converge", one["first"]["seconds"], ""))
         ratio = one["noop"]["seconds"] / one["first"]["seconds"]
-        ok = ratio <= 0.5 and not any(one["noop"]["changed"].values())
+        ok = ratio <= 0.5 and not any(c for r in one["noop_runs"] for c in r["changed"].values())
         rows.append(("1 host, no-op converge", one["noop"]["seconds"],
-                     "%.2fx the first (goal <= 0.5x, changed=0): %s" % (ratio, "PASS" if ok else "MISS")))
+                     "%.2fx the first (goal <= 0.5x, changed=0): %s; median of %s s" % (
+                         ratio, "PASS" if ok else "MISS", one["noop_seconds_all"])))
         results["noop_ratio"] = round(ratio, 3)
     if four:
         rows.append(("4 hosts, first converge", four["first"]["seconds"], ""))

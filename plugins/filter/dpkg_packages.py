@@ -14,7 +14,7 @@ author: kimi.deploy contributors
 description:
   - Parses the output of C(dpkg-query -W) with the format C(${db:Status-Abbrev}|${Package}|${Version}|${Architecture})
     and a newline, one package per line, into a dict of package name to a list of C(name), C(version), C(arch) and
-    C(source) - the shape of C(ansible_facts.packages).
+    C(source) - the shape of C(ansible_facts.packages) - plus C(held), true when the package is on hold.
   - Only installed packages (second status letter C(i)), held ones included.
   - C(ansible.builtin.package_facts) opens the whole apt cache, about 1.4 s per call on a small host, and nvidia_host
     reads the packages on every run; one dpkg-query takes about 0.3 s.
@@ -58,7 +58,8 @@ def dpkg_packages(text):
         status, name, version, arch = [f.strip() for f in fields]
         if len(status) < 2 or status[1] != "i":
             continue
-        packages.setdefault(name, []).append({"name": name, "version": version, "arch": arch, "source": "dpkg"})
+        packages.setdefault(name, []).append({"name": name, "version": version, "arch": arch, "source": "dpkg",
+                                              "held": status[0] == "h"})
     return packages
 
 

@@ -78,8 +78,8 @@ def test_summary_refuses_what_is_not_a_deployment():
 def test_dpkg_packages_keeps_installed_and_held_in_package_facts_shape():
     text = "ii |foo|1.0-1|amd64\nhi |nvidia-driver-580-open|580.1|amd64\nrc |gone|3|amd64\nun |x||all\n"
     assert dpkg_packages(text) == {
-        "foo": [{"name": "foo", "version": "1.0-1", "arch": "amd64", "source": "dpkg"}],
+        "foo": [{"name": "foo", "version": "1.0-1", "arch": "amd64", "source": "dpkg", "held": False}],
         "nvidia-driver-580-open": [{"name": "nvidia-driver-580-open", "version": "580.1", "arch": "amd64",
-                                    "source": "dpkg"}]}
+                                    "source": "dpkg", "held": True}]}
     with pytest.raises(AnsibleFilterError):
         dpkg_packages(None)
