@@ -40,12 +40,17 @@ clean() {
 	say "kept: the test images (kimi-test/*, kimi-double/*) and .cache/kimi-test, which make test uses too"
 }
 
-up() {
-	local quant=${1:-${QUANT:-}} engine=${2:-${ENGINE:-}} before after log=$KIMI_DEMO_DIR/converge.log first=0 changed
-	# The identity: as asked, else the one the demo serves now, else int4 on SGLang (the reference host's pick).
+identity() {  # identity [QUANT ENGINE]: sets quant and engine for up and plan
+	quant=${1:-${QUANT:-}} engine=${2:-${ENGINE:-}}
+	# As asked, else the one the demo serves now, else int4 on SGLang (the reference host's pick).
 	if [ -z "$quant$engine" ] && [ -f "$KIMI_DEMO_DIR/identity" ]; then read -r quant engine <"$KIMI_DEMO_DIR/identity"; fi
 	if [ -z "$quant$engine" ]; then quant=int4 engine=sglang; fi
 	quant=${quant:-auto} engine=${engine:-auto}  # one given: the other is recommended from the GPUs
+}
+
+up() {
+	local quant engine before after log=$KIMI_DEMO_DIR/converge.log first=0 changed
+	identity "$@"
 
 	say "preparing this machine (Docker engine, offline test images, doubles): tests/harness/prepare.sh"
 	tests/harness/prepare.sh >"$KIMI_DEMO_DIR/prepare.log" 2>&1 ||
@@ -99,10 +104,9 @@ up() {
 }
 
 plan() {
-	local quant=${1:-${QUANT:-}} engine=${2:-${ENGINE:-}}
+	local quant engine
 	running || { say "no demo host is running: run make demo first"; exit 1; }
-	if [ -z "$quant$engine" ] && [ -f "$KIMI_DEMO_DIR/identity" ]; then read -r quant engine <"$KIMI_DEMO_DIR/identity"; fi
-	quant=${quant:-auto} engine=${engine:-auto}
+	identity "$@"
 	say "site.yml --check --diff -e quant=$quant -e engine=$engine on $INSTANCE (nothing is changed)"
 	mol converge -- --check --diff -e "quant=$quant" -e "engine=$engine"
 }
