@@ -11,7 +11,7 @@
 #   3. Base images from debootstrap --variant=minbase + docker import, cached by a content key stored
 #      as the image label kimi.test.key:
 #        kimi-test/debian-systemd:bookworm, kimi-test/debian-systemd:trixie,
-#        kimi-test/debian-systemd:trixie-docker  (trixie + docker.io, docker-cli, python3-docker, caddy baked in;
+#        kimi-test/debian-systemd:trixie-docker  (trixie + docker.io, docker-cli, python3-docker, caddy, zstd baked in;
 #        caddy installed but disabled)
 #   4. The doubles, when their builders exist: the signed NVIDIA-double apt repo in $CACHE/apt and the
 #      engine-double images, saved together in $CACHE/engine-images.tar for `docker load` in nested engines.
@@ -32,11 +32,12 @@ REBUILD=${KIMI_TEST_REBUILD:-0}
 IMAGE_REPO=kimi-test/debian-systemd
 BASE_PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,python3-debian,sudo,iproute2,procps,curl,ca-certificates,gpg
 # caddy: the instances cannot reach an apt mirror, so caddy_proxy's scenario finds the package already installed
-DOCKER_PACKAGES="docker.io docker-cli python3-docker caddy"
+DOCKER_PACKAGES="docker.io docker-cli python3-docker caddy zstd"
 # units the packages' postinst enabled that stay off in the image: an instance boots with only what its scenario
 # starts (caddy's default :80 site and :2019 admin API would be live in every trixie-docker instance otherwise)
 DOCKER_DISABLED_UNITS="caddy.service caddy-api.service"
-ENGINE_IMAGES=(kimi-double/sglang:v0.5.12.post1-cu130 kimi-double/vllm-openai:v0.22.1)
+ENGINE_IMAGES=(kimi-double/sglang:v0.5.12.post1-cu130 kimi-double/vllm-openai:v0.22.1
+	kimi-double/vllm-openai:v0.22.1-cu130 kimi-double/vllm-openai:v0.22.1-cu130-nopattern)
 HOST_PACKAGES=(docker.io debootstrap dpkg-dev gpg apt-utils)
 
 mkdir -p "$CACHE"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the two engine-double images FROM a local BASE_IMAGE (a Debian image with python3). No pulls.
+# Build the engine-double images FROM a local BASE_IMAGE (a Debian image with python3). No pulls. The two engines,
+# and the two stand-ins for the NVFP4 image's vLLM CUDA-13 base (with and without the code the patch edits).
 #   usage: tests/doubles/engine/build-image.sh BASE_IMAGE [--force]
 # Skips the build when both images already carry the same content key (source files + base image id).
 set -euo pipefail
@@ -7,6 +8,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 flags_src="$here/../../fixtures/engine_flags"
 SGLANG_IMAGE=kimi-double/sglang:v0.5.12.post1-cu130
 VLLM_IMAGE=kimi-double/vllm-openai:v0.22.1
+CU130_IMAGE=kimi-double/vllm-openai:v0.22.1-cu130
+NOPATTERN_IMAGE=kimi-double/vllm-openai:v0.22.1-cu130-nopattern
+ALL_IMAGES=("$SGLANG_IMAGE" "$VLLM_IMAGE" "$CU130_IMAGE" "$NOPATTERN_IMAGE")
 base="${1:-}"
 force="${2:-}"
 if [[ -z "$base" || "$base" == -* ]]; then
@@ -17,21 +21,27 @@ if ! base_id="$(docker image inspect -f '{{.Id}}' "$base" 2>/dev/null)"; then
   echo "build-image.sh: base image '$base' not found locally; build it first (no pulls are made)" >&2
   exit 1
 fi
-key="$( { cd "$here" && find Dockerfile build-image.sh kimi_engine_double shims -type f ! -path '*__pycache__*' \
-          ! -name '*.pyc' | LC_ALL=C sort | xargs sha256sum
+key="$( { cd "$here" && find Dockerfile build-image.sh kimi_engine_double shims ../vllm_base -type f \
+          ! -path '*__pycache__*' ! -name '*.pyc' | LC_ALL=C sort | xargs sha256sum
         cd "$flags_src" && sha256sum engine_flags_vllm-0.22.1.json engine_flags_sglang-0.5.12.post1.json
         echo "$base_id"; } | sha256sum | cut -c1-16)"
 label() { docker image inspect -f '{{index .Config.Labels "kimi.double.content-key"}}' "$1" 2>/dev/null || true; }
-if [[ "$force" != "--force" && "$(label "$SGLANG_IMAGE")" == "$key" && "$(label "$VLLM_IMAGE")" == "$key" ]]; then
-  echo "engine double images up to date (content key $key, base $base): $SGLANG_IMAGE $VLLM_IMAGE"
+current=1
+for image in "${ALL_IMAGES[@]}"; do [[ "$(label "$image")" == "$key" ]] || current=0; done
+if [[ "$force" != "--force" && $current == 1 ]]; then
+  echo "engine double images up to date (content key $key, base $base): ${ALL_IMAGES[*]}"
   exit 0
 fi
 ctx="$(mktemp -d)"
 trap 'rm -rf "$ctx"' EXIT
 tar -C "$here" --exclude=__pycache__ --exclude='*.pyc' -cf - Dockerfile kimi_engine_double shims | tar -C "$ctx" -xf -
+mkdir "$ctx/vllm_base"
+tar -C "$here/../vllm_base/site" --exclude=__pycache__ --exclude='*.pyc' -cf - . | tar -C "$ctx/vllm_base" -xf -
 mkdir "$ctx/flags"
 cp "$flags_src"/engine_flags_vllm-0.22.1.json "$flags_src"/engine_flags_sglang-0.5.12.post1.json "$ctx/flags/"
-for pair in "sglang $SGLANG_IMAGE lmsysorg/sglang:v0.5.12.post1-cu130" "vllm $VLLM_IMAGE vllm/vllm-openai:v0.22.1"; do
+for pair in "sglang $SGLANG_IMAGE lmsysorg/sglang:v0.5.12.post1-cu130" "vllm $VLLM_IMAGE vllm/vllm-openai:v0.22.1" \
+            "vllm-cu130 $CU130_IMAGE vllm/vllm-openai:v0.22.1-cu130" \
+            "vllm-cu130-nopattern $NOPATTERN_IMAGE vllm/vllm-openai:v0.22.1-cu130(without-the-patched-code)"; do
   read -r target image real <<<"$pair"
   old="$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)"
   echo "building $image (target $target, FROM $base, content key $key)"

@@ -1,0 +1,1 @@
+"""TEST DOUBLE package (tests/doubles/vllm_base)."""
