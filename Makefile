@@ -29,11 +29,11 @@ $(COLLECTION_LINK):
 setup: $(BIN)/.stamp $(COLLECTION_LINK)  ## Make the virtualenv and link this checkout as kimi.deploy
 	@$(BIN)/ansible --version | head -1
 
-demo: setup  ## The main job on the embedded default: site.yml on a local container GPU host, then a client through Caddy (QUANT=, ENGINE=)
-	QUANT='$(QUANT)' ENGINE='$(ENGINE)' demo/demo.sh up
+demo: setup  ## The main job on the embedded default: site.yml on a local container GPU host, then a client through Caddy (QUANT=, ENGINE=, ARGS=)
+	QUANT='$(QUANT)' ENGINE='$(ENGINE)' KIMI_DEMO_ARGS='$(ARGS)' demo/demo.sh up
 
 demo-plan: setup  ## site.yml --check --diff on the demo host: the plan for QUANT= ENGINE=, nothing changed
-	QUANT='$(QUANT)' ENGINE='$(ENGINE)' demo/demo.sh plan
+	QUANT='$(QUANT)' ENGINE='$(ENGINE)' KIMI_DEMO_ARGS='$(ARGS)' demo/demo.sh plan
 
 demo-clean:  ## Remove everything make demo made (the host, its volumes, .demo/)
 	demo/demo.sh clean

@@ -9,7 +9,8 @@
 #   demo/demo.sh clean               remove the host, its volumes and the demo folder
 #
 # Environment: KIMI_DEMO_DIR (default .demo: the client key, the CA, the logs, molecule's state),
-# KIMI_DEMO_INSTANCE (default kimi-demo), KIMI_DEMO_PORT (default 8443, on 127.0.0.1).
+# KIMI_DEMO_INSTANCE (default kimi-demo), KIMI_DEMO_PORT (default 8443, on 127.0.0.1), KIMI_DEMO_ARGS (more
+# ansible-playbook arguments, split on spaces, e.g. "--tags serve" or "-v"; make demo ARGS=...).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -69,7 +70,8 @@ up() {
 	before=$(serving)
 	say "site.yml -e quant=$quant -e engine=$engine on $INSTANCE${before:+ (serving $before now)} (log: $log)"
 	set +e
-	mol converge -- -e "quant=$quant" -e "engine=$engine" 2>&1 | tee "$log"
+	# shellcheck disable=SC2086  # KIMI_DEMO_ARGS is a list of arguments
+	mol converge -- -e "quant=$quant" -e "engine=$engine" ${KIMI_DEMO_ARGS:-} 2>&1 | tee "$log"
 	local rc=${PIPESTATUS[0]}
 	set -e
 	if [ "$rc" != 0 ]; then
@@ -108,7 +110,8 @@ plan() {
 	running || { say "no demo host is running: run make demo first"; exit 1; }
 	identity "$@"
 	say "site.yml --check --diff -e quant=$quant -e engine=$engine on $INSTANCE (nothing is changed)"
-	mol converge -- --check --diff -e "quant=$quant" -e "engine=$engine"
+	# shellcheck disable=SC2086
+	mol converge -- --check --diff -e "quant=$quant" -e "engine=$engine" ${KIMI_DEMO_ARGS:-}
 }
 
 case ${1:-up} in

@@ -13,7 +13,8 @@ version_added: 0.2.0
 author: kimi.deploy contributors
 description:
   - Returns the lines site.yml prints per host when it ends, from the resolved deployment and the roles' reports
-    (C(kimi_serve_report), C(caddy_proxy_report), C(kimi_weights_report)) and the stage marks site.yml notes.
+    (C(kimi_serve_report), C(caddy_proxy_report), C(kimi_weights_report), C(kimi_image_report)) and the stage marks
+    site.yml notes.
   - The GPUs; the identity, its checkpoint and revision, and why it was chosen; the image; the endpoint URL and the
     served model name; each verify check with its latency, on the engine and through the proxy; the time each stage
     took (or why it did not run).
@@ -38,6 +39,9 @@ options:
     type: dict
   weights:
     description: C(kimi_weights_report), when the weights stage ran.
+    type: dict
+  image:
+    description: C(kimi_image_report), when the image stage ran (NVFP4) - built, loaded or current, and the proof.
     type: dict
   marks:
     description: C(kimi_site_stage_marks), a list of C({stage, at}) with C(at) in epoch seconds, C(start) first.
@@ -77,10 +81,11 @@ from ansible_collections.kimi.deploy.plugins.module_utils._report import site_su
 
 
 def site_summary_filter(deployment, host, gpus=None, serve=None, proxy=None, weights=None, marks=None,
-                        run_tags=None, skip_tags=None, check_mode=False):
+                        run_tags=None, skip_tags=None, check_mode=False, image=None):
     try:
         return site_summary(deployment, host, gpus=gpus, serve=serve, proxy=proxy, weights=weights, marks=marks,
-                            run_tags=run_tags or ["all"], skip_tags=skip_tags or [], check_mode=bool(check_mode))
+                            run_tags=run_tags or ["all"], skip_tags=skip_tags or [], check_mode=bool(check_mode),
+                            image=image)
     except (KeyError, TypeError, ValueError) as e:
         raise AnsibleFilterError("kimi.deploy.site_summary: %s" % e)
 

@@ -669,6 +669,9 @@ def resolve(inputs, gpus=None, require_revision=True):
         },
         "image": image,
         "image_is_local_build": quant == "nvfp4",
+        # NVFP4's image (transformers >= 5.10) loads trust_remote_code modules offline through the file a snapshot
+        # symlink points to, in blobs/, and then misses their relative imports: its *.py must be real files.
+        "remote_code_real_files": quant == "nvfp4",
         "entrypoint": list(ENGINE_ENTRYPOINTS[engine]),
         "kv_cache_dtype": kv,
         "moe_backend": moe,

@@ -70,8 +70,25 @@ def stage_times(marks, run_tags=("all",), skip_tags=(), local_build=False):
     return out
 
 
+def image_line(d, image):
+    """The image line: the stock image, or the local build (and, when the image stage ran, where it came from)."""
+    if not d["image_is_local_build"]:
+        return "image: %s" % d["image"]
+    if not image:
+        return "image: %s (built locally by kimi_image)" % d["image"]
+    source = image.get("source")
+    how = {"current": "current, nothing built", "loaded": "loaded from %s" % image.get("archive"),
+           "built": "built in %s s" % image.get("duration_s")}.get(source, source)
+    why = ", because %s changed" % ", ".join(image["rebuilt_because"]) if source != "current" and image.get(
+        "rebuilt_because") else ""
+    proof = image.get("proof") or {}
+    proved = "; patch proved in the image: num_stages %s" % proof["num_stages"] if proof.get("patched") else ""
+    return "image: %s %s (%s%s, FROM %s%s)" % (d["image"], str(image.get("id", ""))[:19], how, why,
+                                                image.get("base"), proved)
+
+
 def site_summary(d, host, gpus=None, serve=None, proxy=None, weights=None, marks=None, run_tags=("all",),
-                 skip_tags=(), check_mode=False):
+                 skip_tags=(), check_mode=False, image=None):
     """One host's summary lines at the end of site.yml (in check mode: its plan and the files that would change)."""
     serve, proxy, weights = serve or {}, proxy or {}, weights or {}
     ckpt = d["checkpoint"]
@@ -89,7 +106,7 @@ def site_summary(d, host, gpus=None, serve=None, proxy=None, weights=None, marks
     lines.append("identity: %s (quant=%s, engine=%s %s) from %s@%s" % (
         d["identity"], d["quant"], d["engine"], d["engine_version"], ckpt["repo_id"], ckpt["revision"]))
     lines += ["why: " + r for r in d.get("reasons", [])]
-    lines.append("image: %s%s" % (d["image"], " (built locally by kimi_image)" if d["image_is_local_build"] else ""))
+    lines.append(image_line(d, image if not check_mode else None))
     if weights and not check_mode:
         lines.append("weights: %s files, %.1f GB in %s (%.2f GB fetched, verified: %s)" % (
             weights.get("files", "?"), float(weights.get("bytes_total") or 0) / 1e9, weights.get("snapshot_path"),

@@ -4,8 +4,8 @@ One module-scoped demo host (instance kimi-demo-e2e, port 18443, state in build/
 driven through the Makefile targets in order: the first run prints a completion, a tool call and a vision answer
 through Caddy over TLS; the endpoint answers from this machine with the key file and CA it names, and refuses a
 request without a key; a second run changes nothing; --check --diff prints the plan of a switch and changes nothing;
-a switch to vLLM is seen; NVFP4 stops at the image stage and the current deployment keeps serving; demo-clean
-removes everything. The tests depend on each other's order (pytest runs a module's tests in file order).
+a switch to vLLM is seen; a switch to NVFP4 builds its patched image and serves from it; NVFP4 refuses remote code that
+is still symlinked before changing anything, and the weights stage repairs it; demo-clean removes everything. The tests depend on each other's order (pytest runs a module's tests in file order).
 """
 import json
 import os
@@ -149,16 +149,36 @@ def test_a_switch_to_vllm_is_one_command_and_the_cutover_is_seen(first_run):
     assert "model: kimi-k2.6 (int4-vllm)" in out
 
 
-def test_nvfp4_stops_at_the_image_stage_and_the_current_deployment_keeps_serving(first_run):
-    proc = make("demo", "QUANT=nvfp4", "ENGINE=vllm", check=False)
+def test_nvfp4_switches_through_the_image_it_builds_and_keeps_the_model_name(first_run):
+    out = make("demo", "QUANT=nvfp4", "ENGINE=vllm").flat
+    assert "demo: cutover: %s switched from int4-vllm to nvfp4-vllm" % INSTANCE in out
+    assert re.search(r"image: kimi-k26-nvfp4-vllm:cu130-mla sha256:[0-9a-f]{12} \(built in [0-9.]+ s, FROM "
+                     r"kimi-double/vllm-openai:v0\.22\.1-cu130; patch proved in the image: num_stages 1\)", out), out
+    assert "Hello from the Kimi-K2.6 engine double (vllm)" in lines_of(out, "completion:")[0]
+    assert "model: kimi-k2.6 (nvfp4-vllm)" in out
+    assert host("docker", "inspect", "-f", "{{.Config.Image}}", "kimi-k26").strip() == "kimi-k26-nvfp4-vllm:cu130-mla"
+    proof = json.loads(host("docker", "exec", "kimi-k26", "python3", "/opt/kimi-image/kimi_vllm_patch.py", "prove"))
+    assert proof["patched"] and proof["num_stages"] == 1
+    assert "NvFp4 MoE backend" in host("journalctl", "-u", "kimi-k26", "--no-pager", "-o", "cat")
+
+
+def test_nvfp4_refuses_symlinked_remote_code_before_any_change_and_the_weights_stage_repairs_it(first_run):
+    snapshots = "/var/lib/kimi-k26/huggingface/hub/models--nvidia--Kimi-K2.6-NVFP4/snapshots"
+    name = host("sh", "-c", "cd %s/* && ls *.py | head -n 1" % snapshots).strip()
+    assert name
+    host("sh", "-c", "cd %s/* && cp %s ../../blobs/kimi-test-%s && ln -sf ../../blobs/kimi-test-%s %s"
+         % (snapshots, name, name, name, name))
+    before = snapshot()
+    proc = make("demo", "QUANT=nvfp4", "ENGINE=vllm", "ARGS=--skip-tags weights", check=False)
     assert proc.returncode != 0
-    assert re.search(r'%s failed at the image stage, in "Stop when the NVFP4 image is missing": nvfp4-vllm needs the '
-                     r"locally built image kimi-k26-nvfp4-vllm:cu130-mla" % INSTANCE, re.sub(r"\n {6,}", " ", proc.stdout))
-    assert "This version of kimi.deploy does not build it yet" in proc.stdout
-    assert "QUANT=int4" in host("cat", "/etc/kimi-k26.env") and "FRAMEWORK=vllm" in host("cat", "/etc/kimi-k26.env")
-    key = open(os.path.join(DIR, "client-key")).read().strip()
-    status, body = request("/models", key)
-    assert status == 200 and body["data"][0]["owned_by"] == "vllm"
+    assert re.search(r'%s failed at the serve stage, in "Refuse to start with remote code that is still symlinked": '
+                     r"nvfp4-vllm loads nvidia/Kimi-K2.6-NVFP4's remote code offline, and 1 snapshot \*\.py file\(s\) "
+                     r"are still symlinks into blobs/: %s\." % (INSTANCE, re.escape(name)), proc.flat), proc.flat[-3000:]
+    assert "Nothing was changed: the current deployment keeps serving" in proc.flat
+    assert snapshot() == before
+    out = make("demo", "QUANT=nvfp4", "ENGINE=vllm").flat
+    assert "model: kimi-k2.6 (nvfp4-vllm)" in out
+    assert host("sh", "-c", "cd %s/* && stat -c %%F %s" % (snapshots, name)).strip() == "regular file"
 
 
 def test_demo_clean_removes_everything_the_demo_made(first_run):

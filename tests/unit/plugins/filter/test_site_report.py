@@ -54,6 +54,28 @@ def test_check_mode_is_the_plan_with_the_command_and_the_files_that_would_change
     assert "would change: no file (converged)" in converged
 
 
+def test_the_image_line_says_where_the_nvfp4_image_came_from():
+    with open(GPUS) as f:
+        gpus = json.load(f)["kimi_gpus"]
+    nvfp4 = resolve({"quant": "nvfp4", "engine": "vllm", "revisions": {"nvfp4": REV}}, gpus)
+    built = {"image": nvfp4["image"], "id": "sha256:" + "c" * 64, "source": "built", "base": "vllm/vllm-openai:x",
+             "rebuilt_because": ["io.kimi-deploy.recipe"], "duration_s": 42.0,
+             "proof": {"patched": True, "num_stages": 1}}
+    lines = site_summary_filter(nvfp4, "gpu1", image=built, marks=MARKS)
+    assert ("image: kimi-k26-nvfp4-vllm:cu130-mla sha256:cccccccccccc (built in 42.0 s, because io.kimi-deploy.recipe "
+            "changed, FROM vllm/vllm-openai:x; patch proved in the image: num_stages 1)") in lines
+    current = dict(built, source="current", rebuilt_because=[], proof={})
+    assert ("image: kimi-k26-nvfp4-vllm:cu130-mla sha256:cccccccccccc (current, nothing built, FROM "
+            "vllm/vllm-openai:x)") in site_summary_filter(nvfp4, "gpu1", image=current, marks=MARKS)
+    assert "image: kimi-k26-nvfp4-vllm:cu130-mla (built locally by kimi_image)" in site_summary_filter(
+        nvfp4, "gpu1", image=built, marks=MARKS, check_mode=True)
+    assert "image: lmsysorg/sglang:v0.5.12.post1-cu130" in site_summary_filter(deployment_int4(gpus), "gpu1", marks=MARKS)
+
+
+def deployment_int4(gpus):
+    return resolve({"quant": "int4", "engine": "sglang", "revisions": {"int4": REV}}, gpus)
+
+
 def test_stages_left_out_by_tags_are_named_so():
     times = dict(stage_times(MARKS, run_tags=["proxy"], skip_tags=[]))
     assert times["preflight"] == "2.5 s" and times["proxy"] == "5.2 s"
