@@ -83,8 +83,8 @@ def image_line(d, image):
         "rebuilt_because") else ""
     proof = image.get("proof") or {}
     proved = "; patch proved in the image: num_stages %s" % proof["num_stages"] if proof.get("patched") else ""
-    return "image: %s %s (%s%s, FROM %s%s)" % (d["image"], str(image.get("id", ""))[:19], how, why,
-                                                image.get("base"), proved)
+    return "image: %s %s (%s%s, FROM %s%s)" % (
+        d["image"], str(image.get("id", ""))[:19], how, why, image.get("base"), proved)
 
 
 def site_summary(d, host, gpus=None, serve=None, proxy=None, weights=None, marks=None, run_tags=("all",),

@@ -5,7 +5,8 @@ driven through the Makefile targets in order: the first run prints a completion,
 through Caddy over TLS; the endpoint answers from this machine with the key file and CA it names, and refuses a
 request without a key; a second run changes nothing; --check --diff prints the plan of a switch and changes nothing;
 a switch to vLLM is seen; a switch to NVFP4 builds its patched image and serves from it; NVFP4 refuses remote code that
-is still symlinked before changing anything, and the weights stage repairs it; demo-clean removes everything. The tests depend on each other's order (pytest runs a module's tests in file order).
+is still symlinked before changing anything, and the weights stage repairs it; demo-clean removes everything. The
+tests depend on each other's order (pytest runs a module's tests in file order).
 """
 import json
 import os

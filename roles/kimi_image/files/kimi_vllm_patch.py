@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 # Copyright: kimi.deploy contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Lower vLLM's TRITON_MLA grouped-decode num_stages from 2 to 1 in an installed vLLM, so that CUDA-graph capture
@@ -85,7 +85,8 @@ def analyse(source, filename):
         raise PatchError("%s: looked for one assignment `%s = <int>` in the body of %s() (line %d), found %d"
                          % (filename, VARIABLE, FUNCTION, function.lineno, len(defaults)))
     default = defaults[0]
-    if not (isinstance(default.value, ast.Constant) and type(default.value.value) is int):
+    value = default.value.value if isinstance(default.value, ast.Constant) else None
+    if not isinstance(value, int) or isinstance(value, bool):
         raise PatchError("%s:%d: looked for `%s = <int>` in %s(), found `%s`"
                          % (filename, default.lineno, VARIABLE, FUNCTION, ast.unparse(default)))
     launches = [node for node in ast.walk(function)
@@ -209,8 +210,8 @@ def command_patch(args):
         with open(args.record, "w", encoding="utf-8") as handle:
             json.dump(record, handle, indent=2, sort_keys=True)
             handle.write("\n")
-    print("kimi.deploy patched %s:%d: %s -> %s (vLLM %s, CUDA %s)" % (path, after["line"], record["before"],
-                                                                     record["after"], version, cuda))
+    print("kimi.deploy patched %s:%d: %s -> %s (vLLM %s, CUDA %s)" % (
+        path, after["line"], record["before"], record["after"], version, cuda))
     return 0
 
 

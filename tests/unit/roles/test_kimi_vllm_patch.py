@@ -51,14 +51,14 @@ def test_the_patch_changes_exactly_the_default_line():
 
 
 def test_an_already_patched_file_fails_saying_so():
-    patched, unused, unused = patch.patch_text(fixture_text(), FIXTURE)
+    patched = patch.patch_text(fixture_text(), FIXTURE)[0]
     with pytest.raises(patch.PatchError, match="patched already: build FROM the vLLM release image"):
         patch.patch_text(patched, FIXTURE)
 
 
 def test_line_endings_and_the_rest_of_the_file_are_kept():
     crlf = fixture_text().replace("\n", "\r\n")
-    patched, unused, unused = patch.patch_text(crlf, FIXTURE)
+    patched = patch.patch_text(crlf, FIXTURE)[0]
     assert patched.count("\r\n") == crlf.count("\r\n") and "\n" not in patched.replace("\r\n", "")
 
 
@@ -66,7 +66,7 @@ def test_an_upstream_shape_with_other_keywords_still_patches():
     # commit 5c1551b07a65's launch passes IS_MLA=is_mla and no k_scale: the patch keys on what it edits only
     text = fixture_text().replace("        k_scale,\n        kv_group_num", "        kv_group_num").replace(
         "        USE_FP8=use_fp8,\n", "        IS_MLA=is_mla,\n")
-    patched, unused, now = patch.patch_text(text, FIXTURE)
+    patched, now = patch.patch_text(text, FIXTURE)[::2]
     assert now["value"] == 1 and "IS_MLA=is_mla" in patched
 
 
