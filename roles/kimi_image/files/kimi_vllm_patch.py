@@ -10,8 +10,10 @@ What and why
   _fwd_grouped_kernel_stage1, launched by _decode_grouped_att_m_fwd in
       vllm/v1/attention/ops/triton_decode_attention.py          (vLLM 0.22.1; upstream path in the vLLM repository)
   with num_stages=2 on CUDA (the ROCm branch already uses 1). Two pipeline stages keep two K/V tiles in shared
-  memory: 102400 bytes per block for Kimi's 576-wide latent heads, over sm_120's 101376, so CUDA-graph capture fails
-  with "out of resource: shared memory, Required: 102400, Hardware limit: 101376". One stage fits. The function reads:
+  memory, more than sm_120's 101376 bytes per block for Kimi's 576-wide latent heads, so CUDA-graph capture fails
+  with "out of resource: shared memory, Required: 102400, Hardware limit: 101376" (the runbook's vLLM 0.22.1).
+  Triton 3.6 compiling the kernel for sm_120 with Kimi's shapes and fp8 KV needs 120832 bytes with 2 stages and
+  86016 with 1 (bench/results/triton-mla-decode-smem-2026-11-23.json). One stage fits. The function reads:
       num_stages = 2                      <- the CUDA default: this line becomes `num_stages = 1`
       if is_hip_:
           ...
