@@ -105,3 +105,19 @@ def test_dpkg_packages_keeps_installed_and_held_in_package_facts_shape():
                                     "source": "dpkg", "held": True}]}
     with pytest.raises(AnsibleFilterError):
         dpkg_packages(None)
+
+
+def test_running_requests_sums_the_engines_running_and_queued_gauges():
+    from ansible_collections.kimi.deploy.plugins.filter.running_requests import running_requests
+    vllm = ('# HELP vllm:num_requests_running Number of requests in model execution batches.\n'
+            '# TYPE vllm:num_requests_running gauge\n'
+            'vllm:num_requests_running{engine="0",model_name="kimi-k2.6"} 2.0\n'
+            'vllm:num_requests_running{engine="1",model_name="kimi-k2.6"} 1.0\n'
+            'vllm:num_requests_waiting{engine="0",model_name="kimi-k2.6"} 1.0\n'
+            'vllm:generation_tokens_total{model_name="kimi-k2.6"} 12345.0\n')
+    assert running_requests(vllm) == 4
+    assert running_requests('sglang:num_running_reqs{model_name="kimi-k2.6",tp_rank="0"} 0.0\n'
+                            'sglang:num_queue_reqs{model_name="kimi-k2.6",tp_rank="0"} 0.0\n') == 0
+    assert running_requests("") == 0 and running_requests(None) == 0
+    with pytest.raises(AnsibleFilterError, match="must be the /metrics text"):
+        running_requests(["not", "text"])
