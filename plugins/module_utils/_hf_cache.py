@@ -162,8 +162,17 @@ def hash_file(path, kind, size, block=HASH_BLOCK):
     return digest.hexdigest()
 
 
-def verify_blob(path, entry, mode):
-    """None when the file at path is the blob the listing describes, else the reason it is not."""
+def hash_kind(entry):
+    """The hash that names a blob: sha256 (LFS files) or the git blob sha1; and its expected hex digest."""
+    kind = "sha256" if entry["hash_kind"] == "sha256" else "sha1"
+    return kind, entry["lfs_sha256"] if kind == "sha256" else entry["oid"]
+
+
+def verify_blob(path, entry, mode, digest=None):
+    """None when the file at path is the blob the listing describes, else the reason it is not.
+
+    digest: the hex digest of the file's bytes computed while they were received (_hf_download); the file is then
+    not read again."""
     try:
         size = os.path.getsize(path)
     except OSError as exc:
@@ -172,9 +181,9 @@ def verify_blob(path, entry, mode):
         return "size %d, expected %d" % (size, entry["size"])
     if mode == "size":
         return None
-    kind = "sha256" if entry["hash_kind"] == "sha256" else "sha1"
-    digest = hash_file(path, kind, entry["size"])
-    expected = entry["lfs_sha256"] if kind == "sha256" else entry["oid"]
+    kind, expected = hash_kind(entry)
+    if digest is None:
+        digest = hash_file(path, kind, entry["size"])
     if digest != expected:
         return "%s %s, expected %s" % (kind, digest, expected)
     return None
@@ -190,8 +199,8 @@ class BlobChecker(object):
         self.repaired = []
         self.warnings = []
 
-    def check(self, path, entry):
-        reason = verify_blob(path, entry, self.mode)
+    def check(self, path, entry, digest=None):
+        reason = verify_blob(path, entry, self.mode, digest)
         if self.mode != "size":
             with self.lock:
                 self.hashed_files += 1

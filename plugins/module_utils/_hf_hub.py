@@ -196,7 +196,9 @@ class Curl(object):
     def sends_token(self, url):
         return self.token is not None and origin(url) == self.hub_origin
 
-    def config(self, url, method="GET", byte_range=None, max_time=None):
+    def config(self, url, method="GET", byte_range=None, max_time=None, headers=(), ca_bundle=None):
+        """curl's config for one request. headers: extra request headers (a peer's key: only for that peer's URLs);
+        ca_bundle: the CA for this request instead of the hub's (a fleet's peer CA)."""
         lines = ["silent", "show-error", "include", "globoff", "suppress-connect-headers",
                  "url = " + curl_quote(url),
                  "user-agent = " + curl_quote(self.user_agent),
@@ -207,12 +209,14 @@ class Curl(object):
             lines.append("head")
         if max_time:
             lines.append("max-time = %d" % max_time)
-        if self.ca_bundle:
-            lines.append("cacert = " + curl_quote(self.ca_bundle))
+        if ca_bundle or self.ca_bundle:
+            lines.append("cacert = " + curl_quote(ca_bundle or self.ca_bundle))
         if byte_range is not None:
             lines.append("header = " + curl_quote("Range: bytes=%d-%d" % byte_range))
         if self.sends_token(url):
             lines.append("header = " + curl_quote("Authorization: Bearer " + self.token))
+        for header in headers:
+            lines.append("header = " + curl_quote(header))
         return ("\n".join(lines) + "\n").encode("utf-8")
 
     def spawn(self, config):

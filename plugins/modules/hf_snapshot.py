@@ -125,6 +125,43 @@ options:
   ca_bundle:
     description: CA bundle for TLS (curl's C(--cacert)); default - curl's own.
     type: path
+  peers:
+    description:
+      - Hosts of the fleet that hold a verified cache of this repo, served read-only over HTTP(S) as
+        C(<url>/<repo folder>/blobs/<etag>) (the C(caddy_proxy) role's peer cache server, Caddy's C(file_server)).
+      - The listing, sizes and hashes still come from O(endpoint) (hashes from the hub, bytes from peers); every blob a
+        peer sends is hashed against them, and a blob that fails is fetched again without that peer.
+      - Peers are preferred; each gets at most O(peer_connections) transfers at once. A peer that refuses the key, cuts
+        a transfer or cannot be reached is dropped for the run and its ranges go to the others; a peer that answers
+        404 lacks that blob (yet) and is not asked for it again in this run.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: Name in results and messages (the inventory name).
+        type: str
+        required: true
+      url:
+        description: Base URL of its peer cache server, C(https://host:port).
+        type: str
+        required: true
+  peer_key:
+    description: Key sent to the peers (C(Authorization) header, in curl's configuration on standard input), never to the hub.
+    type: str
+  peer_ca_bundle:
+    description: CA bundle that signs the peers' TLS certificates (the fleet's peer CAs); default - O(ca_bundle), else curl's own.
+    type: path
+  peer_connections:
+    description: Transfers at once from one peer, 1 to 64, so that one seed is not overrun. O(connections) bounds them all.
+    type: int
+    default: 4
+  hub_bytes:
+    description:
+      - Whether the hub may send bytes. With O(peers), it sends only blobs no peer can (none left, or they lack it).
+      - V(false) - the peers must send everything (the hub is asked for the listing only).
+    type: bool
+    default: true
 notes:
   - Supports check mode - the plan. It lists the repo, reports what would be fetched and whether the disk can take
     it, proves O(hf_home) writable, and writes nothing. It fails within seconds on an endpoint it cannot reach.
@@ -262,6 +299,15 @@ requests:
   description: Counters of HTTP work - range requests, retries, re-resolved URLs.
   returned: always
   type: dict
+sources:
+  description: Per source of bytes (each peer, then the hub) - name, url, bytes, requests, why it was dropped, files it lacked.
+  returned: always
+  type: list
+  elements: dict
+bytes_from_hub:
+  description: Bytes the hub sent in this run (0 when the peers sent everything).
+  returned: always
+  type: int
 option:
   description: On a failure caused by the value of one option, that option's name (for callers that map it to their own variable).
   returned: on such a failure
@@ -280,7 +326,7 @@ from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import (
     BlobChecker, CacheError, CacheWriter, Layout, check_hf_home, classify, default_hf_home, disk_message, disk_report,
     fast_check, filter_paths, load_record, owner_ids, parse_mode, selection_key,
 )
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_download import Downloader, Progress, partial_bytes
+from ansible_collections.kimi.deploy.plugins.module_utils._hf_download import Downloader, Progress, Source, partial_bytes
 from ansible_collections.kimi.deploy.plugins.module_utils._hf_hub import Curl, Hub
 from ansible_collections.kimi.deploy.plugins.module_utils._validate import (
     DEFAULT_ENDPOINT, ValueRuleError, check_repo_id, check_revision,
@@ -288,7 +334,7 @@ from ansible_collections.kimi.deploy.plugins.module_utils._validate import (
 
 # The option limits, their only copy: callers (the kimi_weights role) pass values through and the module refuses
 # a bad one, naming the option.
-LIMITS = (("connections", 1, 64), ("chunk_size", 1 << 20, 1 << 34), ("retries", 0, 1000), ("connect_timeout", 1, 3600),
+LIMITS = (("connections", 1, 64), ("peer_connections", 1, 64), ("chunk_size", 1 << 20, 1 << 34), ("retries", 0, 1000), ("connect_timeout", 1, 3600),
           ("stall_timeout", 5, 3600), ("hash_workers", 1, 256), ("min_free_bytes", 0, 1 << 62))
 ENDPOINT_RE = re.compile(r"https?://[^/\s?#]+(/[^\s?#]*)?")
 # The plan (check mode) fails fast on an endpoint it cannot reach: one retry after a second, short timeouts.
@@ -314,6 +360,10 @@ class Snapshot(object):
         self.progress = Progress(p["progress_file"], p["repo_id"], self.commit)
         self.checker = BlobChecker(p["verify"])
         self.paths_per_etag = {}
+        self.peers = []  # Source per peer, kept across rounds (a dropped peer stays dropped)
+        self.hub_source = None
+        self.exclude = {}  # etag -> the peer that alone sent a copy that failed its hash
+        self.suspect = {}  # etag -> the peers that together sent a copy that failed
         self.changed = False
         self.started = time.time()
         try:
@@ -407,6 +457,16 @@ class Snapshot(object):
                     ", ".join(b["path"] for b in missing), "; ".join(self.checker.warnings[-3:])))
             started = time.time()
             landed, resumed_now = self.fetch_round(hub, missing, pool, counters)
+            for entry, key, sources in landed:
+                peers = sources - set(["hub"])
+                if isinstance(key, list) or not peers:
+                    continue
+                if len(sources) == 1:  # the one sender of a wrong copy: not asked for this blob again
+                    self.exclude.setdefault(entry["etag"], set()).update(peers)
+                    self.suspect.pop(entry["etag"], None)
+                else:  # one of them sent a wrong byte: next round one source sends it whole
+                    self.suspect[entry["etag"]] = peers
+            landed = [(entry, key) for entry, key, _sources in landed]
             download_s += time.time() - started
             resumed += resumed_now if counters["rounds"] == 1 else 0
             missing = [e for e, key in landed if not isinstance(key, list)]
@@ -432,7 +492,11 @@ class Snapshot(object):
         Returns ([(entry, stat key or the reason it failed)], bytes resumed from partial files)."""
         self.progress.set(state="downloading")
         downloader = Downloader(hub, self.layout, connections=self.p["connections"], chunk_size=self.p["chunk_size"],
-                                retries=self.p["retries"])
+                                retries=self.p["retries"], peers=self.peer_sources(), hub_bytes=self.p["hub_bytes"],
+                                exclude=self.exclude, suspect=self.suspect, hash_on_receive=self.checker.mode != "size")
+        if downloader.hub_source is not None and self.hub_source is not None:
+            downloader.hub_source = self.hub_source
+        self.hub_source = downloader.hub_source
         self.progress.downloader = downloader
         try:
             futures = downloader.fetch(missing, self.land, pool)
@@ -444,7 +508,7 @@ class Snapshot(object):
                 counters[key] += value
         self.progress.set(state="verifying")
         landed = [future.result() for future in futures]
-        for entry, key in landed:
+        for entry, key, _sources in landed:
             if not isinstance(key, list):
                 self.checker.failed(entry, key, "downloaded")
                 self.progress.base_done -= entry["size"]
@@ -453,10 +517,24 @@ class Snapshot(object):
     def land(self, blob):
         """Runs in the hash pool: check a complete blob and put it in place (PartialBlob.land)."""
         etag = blob.entry["etag"]
-        key = blob.land(lambda path: self.checker.check(path, blob.entry), lambda path: self.writer.install_blob(path, etag))
+        key = blob.land(lambda path, digest: self.checker.check(path, blob.entry, digest),
+                        lambda path: self.writer.install_blob(path, etag))
         if isinstance(key, list):
             self.progress.add("files_done", self.paths_per_etag.get(etag, 1))
-        return blob.entry, key
+        return blob.entry, key, set(blob.sources)
+
+    def peer_sources(self):
+        """The peers as byte sources, made once per run (a peer dropped in one round is not asked in the next)."""
+        if not self.peers and self.p["peers"]:
+            key = self.p["peer_key"]
+            headers = ["Authorization: Bearer " + key] if key else []
+            self.peers = [Source(peer["name"], self.p["peer_connections"], url=peer["url"], headers=headers,
+                                 ca_bundle=self.p["peer_ca_bundle"] or self.p["ca_bundle"]) for peer in self.p["peers"]]
+        return self.peers
+
+    def source_reports(self):
+        sources = list(self.peers) + ([self.hub_source] if self.hub_source else [])
+        return [s.report() for s in sources]
 
     def result(self, files, fetched, bytes_total, bytes_downloaded, resumed, verified, from_record, download_s, counters):
         return dict(
@@ -466,7 +544,8 @@ class Snapshot(object):
             verification=dict(mode=self.p["verify"], hashed_files=self.checker.hashed_files, hashed_bytes=self.checker.hashed_bytes,
                               from_record=from_record, repaired=self.checker.repaired),
             throughput_bytes_per_s=round(bytes_downloaded / download_s, 1) if download_s > 0 and bytes_downloaded else 0.0,
-            requests=counters,
+            requests=counters, sources=self.source_reports(),
+            bytes_from_hub=self.hub_source.bytes if self.hub_source else 0,
         )
 
 
@@ -485,6 +564,12 @@ def check_params(module):
             module.fail_json(msg="%s must be between %d and %d, got %d" % (name, low, high, p[name]), option=name)
     if not ENDPOINT_RE.fullmatch(endpoint):
         module.fail_json(msg="endpoint must be an http(s) URL such as %s, got %r" % (DEFAULT_ENDPOINT, endpoint), option="endpoint")
+    for peer in p["peers"]:
+        if not ENDPOINT_RE.fullmatch(peer["url"] or ""):
+            module.fail_json(msg="peers: %s's url must be an http(s) URL such as https://10.0.0.2:8444, got %r" % (
+                peer["name"], peer["url"]), option="peers")
+    if not p["peers"] and not p["hub_bytes"]:
+        module.fail_json(msg="hub_bytes=false needs peers: without them no source may send bytes", option="hub_bytes")
     for ref in p["set_refs"]:
         if not ref or ref.startswith("/") or ".." in ref.split("/") or ref.strip() != ref:
             module.fail_json(msg="set_refs: %r is not a valid ref name" % ref, option="set_refs")
@@ -509,6 +594,10 @@ def main():
             min_free_bytes=dict(type="int", default=0), progress_file=dict(type="path"), hash_workers=dict(type="int"),
             retries=dict(type="int", default=10), connect_timeout=dict(type="int", default=30),
             stall_timeout=dict(type="int", default=60), ca_bundle=dict(type="path"),
+            peers=dict(type="list", elements="dict", default=[], options=dict(name=dict(type="str", required=True),
+                                                                              url=dict(type="str", required=True))),
+            peer_key=dict(type="str", no_log=True), peer_ca_bundle=dict(type="path"),
+            peer_connections=dict(type="int", default=4), hub_bytes=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -522,6 +611,9 @@ def main():
         snapshot.fail("%s: %s" % (type(exc).__name__, exc))
     for warning in snapshot.checker.warnings:
         module.warn(warning)
+    for peer in snapshot.peers:
+        if peer.dropped:
+            module.warn("peer %s was dropped, the others sent its share: %s" % (peer.name, peer.dropped))
     module.exit_json(**result)
 
 
