@@ -44,6 +44,8 @@ READ_BLOCK = 1 << 20
 WRITEBACK_STEP = 16 << 20
 # A peer that answers 5xx this many times in a row is dropped.
 PEER_MAX_ERRORS = 3
+# A peer that lacked a blob is asked again after this long: a host that fetches at the same time may hold it by then.
+PEER_MISSING_RETRY_S = 5.0
 _SYNC_FILE_RANGE_WRITE = 2
 
 
@@ -267,7 +269,7 @@ class Source(object):
         self.requests = 0
         self.errors = 0  # 5xx in a row
         self.dropped = None  # why this source is no longer used
-        self.missing = set()  # etags it answered 404 for
+        self.missing = {}  # etag -> when it answered 404 for it
 
     def blob_url(self, repo_folder, etag):
         return "%s/%s/blobs/%s" % (self.url, repo_folder, etag)
@@ -275,6 +277,9 @@ class Source(object):
     def report(self):
         return {"name": self.name, "url": None if self.is_hub else self.url, "bytes": self.bytes,
                 "requests": self.requests, "dropped": self.dropped, "missing_files": len(self.missing)}
+
+    def lacks(self, etag, now):
+        return now - self.missing.get(etag, -PEER_MISSING_RETRY_S) < PEER_MISSING_RETRY_S
 
 
 class NoSource(CacheError):
@@ -405,14 +410,16 @@ class Downloader(object):
     def usable(self, blob):
         """The sources that may send this blob now.
 
-        - The peers that hold it, were not dropped, and were not the only sender of a copy that failed its hash.
+        - The peers that hold it (one that answered 404 is asked again after PEER_MISSING_RETRY_S), were not dropped,
+          and were not the only sender of a copy that failed its hash.
         - The hub only where no such peer is left: with peers holding the checkpoint it sends no byte.
         - A blob that failed its hash after several peers sent parts of it (suspects) is sent whole by one source this
           round (blob.pin): a peer that did not send it, else the hub, else one of the suspects. A copy that fails
           again then names its sender, which is excluded next round (three rounds at most, hf_snapshot).
         """
         etag = blob.entry["etag"]
-        peers = [s for s in self.peers if s.dropped is None and etag not in s.missing and s.name not in self.exclude.get(etag, ())]
+        now = time.time()
+        peers = [s for s in self.peers if s.dropped is None and not s.lacks(etag, now) and s.name not in self.exclude.get(etag, ())]
         hub = [self.hub_source] if self.hub_source else []
         if etag not in self.suspect:
             return peers or hub
@@ -479,7 +486,7 @@ class Downloader(object):
             source.errors = 0
         except PeerMissing:
             with self.slots:
-                source.missing.add(blob.entry["etag"])
+                source.missing[blob.entry["etag"]] = time.time()
         except TransientError as exc:
             if exc.pos is not None and exc.pos > pos:
                 pos = exc.pos

@@ -133,7 +133,7 @@ options:
         peer sends is hashed against them, and a blob that fails is fetched again without that peer.
       - Peers are preferred; each gets at most O(peer_connections) transfers at once. A peer that refuses the key, cuts
         a transfer or cannot be reached is dropped for the run and its ranges go to the others; a peer that answers
-        404 lacks that blob (yet) and is not asked for it again in this run.
+        404 lacks that blob (yet) and is asked for it again only after a few seconds.
     type: list
     elements: dict
     default: []
@@ -156,6 +156,12 @@ options:
     description: Transfers at once from one peer, 1 to 64, so that one seed is not overrun. O(connections) bounds them all.
     type: int
     default: 4
+  start_fraction:
+    description:
+      - Start at this fraction of the file list (0 to below 1) and wrap around. Hosts that fetch from each other at once
+        start at different points, so that each soon holds files the others lack.
+    type: float
+    default: 0.0
   hub_bytes:
     description:
       - Whether the hub may send bytes. With O(peers), it sends only blobs no peer can (none left, or they lack it).
@@ -499,7 +505,8 @@ class Snapshot(object):
         self.hub_source = downloader.hub_source
         self.progress.downloader = downloader
         try:
-            futures = downloader.fetch(missing, self.land, pool)
+            first = int(len(missing) * self.p["start_fraction"])
+            futures = downloader.fetch(missing[first:] + missing[:first], self.land, pool)
         finally:
             self.progress.base_done += downloader.bytes_downloaded
             self.progress.downloader = None
@@ -568,6 +575,8 @@ def check_params(module):
         if not ENDPOINT_RE.fullmatch(peer["url"] or ""):
             module.fail_json(msg="peers: %s's url must be an http(s) URL such as https://10.0.0.2:8444, got %r" % (
                 peer["name"], peer["url"]), option="peers")
+    if not 0 <= p["start_fraction"] < 1:
+        module.fail_json(msg="start_fraction must be at least 0 and below 1, got %s" % p["start_fraction"], option="start_fraction")
     if not p["peers"] and not p["hub_bytes"]:
         module.fail_json(msg="hub_bytes=false needs peers: without them no source may send bytes", option="hub_bytes")
     for ref in p["set_refs"]:
@@ -598,6 +607,7 @@ def main():
                                                                               url=dict(type="str", required=True))),
             peer_key=dict(type="str", no_log=True), peer_ca_bundle=dict(type="path"),
             peer_connections=dict(type="int", default=4), hub_bytes=dict(type="bool", default=True),
+            start_fraction=dict(type="float", default=0.0),
         ),
         supports_check_mode=True,
     )

@@ -160,7 +160,7 @@ def test_a_peer_killed_mid_transfer_is_dropped_and_the_others_finish(hub, tmp_pa
     assert_snapshot_matches(hub, tmp_path / "hf", KIMI)
 
 
-def test_a_peer_that_lacks_a_file_is_not_asked_again_and_the_hub_sends_it(hub, tmp_path, peers, seed):
+def test_a_peer_that_lacks_a_file_is_not_asked_again_at_once_and_the_hub_sends_it(hub, tmp_path, peers, seed):
     lacking = os.path.join(str(seed), "hub", "models--moonshotai--Kimi-K2.6", "blobs", etag(hub, SHARD3))
     hidden = lacking + ".hidden"
     os.rename(lacking, hidden)
@@ -175,3 +175,26 @@ def test_a_peer_that_lacks_a_file_is_not_asked_again_and_the_hub_sends_it(hub, t
     assert {r["file"] for r in body_requests(hub.requests())} == {SHARD3}
     assert by_name(result)["peer0"]["missing_files"] == 1
     assert_snapshot_matches(hub, tmp_path / "hf", KIMI)
+
+
+def test_start_fraction_starts_at_that_point_of_the_file_list_and_wraps(hub, tmp_path):
+    result, unused = run_module(tmp_path, args(hub, tmp_path, connections=1, start_fraction=0.99))
+    order = []
+    for request in body_requests(hub.requests()):
+        if request["file"] not in order:
+            order.append(request["file"])
+    listing = sorted(manifest(hub, KIMI))
+    assert order[0] == listing[-1] and order[1:] == listing[:-1], order
+    assert_snapshot_matches(hub, tmp_path / "hf", KIMI)
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"start_fraction": 1.0}, "start_fraction must be at least 0 and below 1"),
+    ({"hub_bytes": False}, "hub_bytes=false needs peers"),
+    ({"peers": [{"name": "p", "url": "ftp://x"}]}, "peers: p's url must be an http(s) URL"),
+    ({"peer_connections": 0}, "peer_connections must be between 1 and 64"),
+])
+def test_refuses_bad_peer_options_naming_them(hub, tmp_path, extra, words):
+    result, unused = run_module(tmp_path, args(hub, tmp_path, **extra), expect_ok=False)
+    assert words in result["msg"] and result["option"] == list(extra)[0]
+    assert hub.requests() == []

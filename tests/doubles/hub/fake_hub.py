@@ -558,7 +558,10 @@ FAULT_TYPES = {
     "drop_after_bytes": ("body", {"bytes": 0}),
     "corrupt_byte": ("body", {"offset": 0, "xor": 0xFF}),
     "rate_limit_bps": ("body", {"bps": 50_000_000}),
+    # One cap for all connections at once (a hub's or CDN's total egress to this client): bytes are paced in turn.
+    "rate_limit_total_bps": ("body", {"bps": 200_000_000}),
 }
+_TOTAL_PACE_LOCK = threading.Lock()
 _FAULT_COMMON = {"id", "type", "match", "file", "repo", "role", "method", "count", "fired"}
 
 
@@ -784,6 +787,9 @@ class Handler(BaseHTTPRequestHandler):
                 self.rec["faults"].append(f["type"])
         drop = min((f["bytes"] for f in faults if f["type"] == "drop_after_bytes"), default=None)
         bps = min((f["bps"] for f in faults if f["type"] == "rate_limit_bps"), default=None)
+        total = next((f for f in faults if f["type"] == "rate_limit_total_bps"), None)
+        if total is not None:
+            bps = min(bps or total["bps"], total["bps"])  # small chunks, so that connections take turns
         corrupt = [f for f in faults if f["type"] == "corrupt_byte"]
         chunk_max = 1 << 20 if not bps else max(4096, min(1 << 20, int(bps) // 20))
         sent, t0, pos = 0, time.monotonic(), file_offset
@@ -804,6 +810,12 @@ class Handler(BaseHTTPRequestHandler):
                         sent += len(part)
                     self.rec["bytes"] = sent
                     raise _DropConnection()
+                if total is not None:
+                    with _TOTAL_PACE_LOCK:
+                        slot = max(time.monotonic(), total.get("_next", 0.0))
+                        total["_next"] = slot + n / total["bps"]
+                    if slot > time.monotonic():
+                        time.sleep(slot - time.monotonic())
                 self.wfile.write(chunk)
                 sent += n
                 pos += n
