@@ -11,7 +11,7 @@ COLLECTION_LINK := .collections/ansible_collections/kimi/deploy
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help setup demo demo-plan demo-clean lint sanity unit test plan build bench bench-proxy bench-converge clean
+.PHONY: help setup demo demo-plan demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean
 
 help:  ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -66,6 +66,12 @@ bench: setup  ## Download benchmark: hf_snapshot vs huggingface_hub on the fake 
 bench-proxy: setup  ## Latency Caddy adds, direct vs proxied (converges and keeps the molecule caddy_proxy instance)
 	env -u ANSIBLE_CONFIG $(BIN)/molecule converge -s caddy_proxy >/dev/null
 	docker exec -i kimi-caddy python3 - $(ARGS) < bench/caddy_latency.py
+
+bench-fleet: setup  ## Fleet weights: N hosts from the hub vs with peers, and a peer transfer vs dd conv=fsync (ARGS="--hosts 4")
+	$(BIN)/python bench/fleet_weights.py $(ARGS)
+
+bench-switch: setup  ## Switch window, stop to first answer, shards cold vs warm in the page cache (engine double)
+	$(BIN)/python bench/switch_window.py $(ARGS)
 
 bench-converge: setup  ## Converge benchmark: first vs no-op site.yml run, 1 host vs 4 (harness hosts; ~8 min)
 	$(BIN)/python bench/converge.py $(ARGS)

@@ -303,11 +303,33 @@ def disk_report(layout, need_bytes, min_free_bytes):
             "ok": need_bytes <= 0 or free - need_bytes >= min_free_bytes}
 
 
-def disk_message(disk, hf_home):
-    return ("not enough disk space for hf_home=%s: %s missing to download, %s free on %s, min_free_bytes=%s must stay "
+def other_repos_bytes(layout):
+    """Bytes of the blobs of the other repos in the same hub cache (the checkpoint being served, in a switch)."""
+    total = 0
+    try:
+        folders = [os.path.join(layout.hub, n) for n in os.listdir(layout.hub)]
+    except OSError:
+        return 0
+    for folder in folders:
+        if folder == layout.repo_dir or not os.path.basename(folder).startswith("models--"):
+            continue
+        try:
+            total += sum(e.stat().st_size for e in os.scandir(os.path.join(folder, "blobs")) if e.is_file())
+        except OSError:
+            pass
+    return total
+
+
+def disk_message(disk, hf_home, layout=None):
+    text = ("not enough disk space for hf_home=%s: %s missing to download, %s free on %s, min_free_bytes=%s must stay "
             "free after the download. Free %s or point hf_home at a bigger disk." % (
                 hf_home, human_size(disk["need_bytes"]), human_size(disk["free_bytes"]), disk["path"],
                 human_size(disk["min_free_bytes"]), human_size(disk["need_bytes"] + disk["min_free_bytes"] - disk["free_bytes"])))
+    others = other_repos_bytes(layout) if layout is not None else 0
+    if others:
+        text += (" The other checkpoints in this cache take %s: a switch keeps the one being served until the new one is"
+                 " verified, so the disk must hold both; remove a checkpoint that is not served to make room." % human_size(others))
+    return text
 
 
 # ---- the verification record -----------------------------------------------------------------------------------

@@ -8,7 +8,8 @@
   whose verified cache is served read-only over HTTP(S) (Caddy's file_server, with a peer key) as
   <peer URL>/<repo folder>/blobs/<etag>. Hashes come from the hub's listing only, so a peer cannot pass a wrong byte:
   the blob fails its hash and is fetched again without the sources that sent it (Source, Downloader.acquire);
-- peers are preferred, each with its own connection cap; the hub serves bytes only where no peer can (hub_bytes);
+- peers are preferred, each with its own connection cap; a blob no live peer holds yet waits for one (the peers fetch
+  at the same time, so receivers trail them); the hub serves bytes only where no peer can (hub_bytes);
   a peer that refuses, cuts a transfer or is unreachable is dropped for the run, and its ranges go elsewhere from the
   byte reached;
 - hash each blob while it arrives (the contiguous prefix, read back from the page cache) and start its write-back as
@@ -45,7 +46,9 @@ WRITEBACK_STEP = 16 << 20
 # A peer that answers 5xx this many times in a row is dropped.
 PEER_MAX_ERRORS = 3
 # A peer that lacked a blob is asked again after this long: a host that fetches at the same time may hold it by then.
-PEER_MISSING_RETRY_S = 5.0
+PEER_MISSING_RETRY_S = 0.25
+# usable() answers this while every live peer lacks a blob that one of them is expected to hold soon.
+WAIT = "wait"
 _SYNC_FILE_RANGE_WRITE = 2
 
 
@@ -129,6 +132,7 @@ class PartialBlob(object):
         self.resumed_bytes = 0
         self.sources = set()  # names of the sources that sent bytes of this blob in this run
         self.pin = None  # the one source that sends all of it (a blob that failed with several senders)
+        self.wait_started = None  # when every live peer first lacked it
         # The digest of the contiguous prefix [0, hashed_to), advanced as ranges land (hash_on_receive).
         self.hash_lock = threading.Lock()
         self.hasher = hasher_for(hash_kind(entry)[0], entry["size"]) if hash_on_receive else None
@@ -292,7 +296,7 @@ class Downloader(object):
 
     def __init__(self, hub, layout, connections=16, chunk_size=64 << 20, retries=10, on_blob_done=None,
                  sleep=time.sleep, log=None, peers=(), hub_bytes=True, exclude=None, suspect=None,
-                 hash_on_receive=True):
+                 hash_on_receive=True, peer_wait=600):
         self.hub = hub
         self.curl = hub.curl
         self.layout = layout
@@ -319,6 +323,7 @@ class Downloader(object):
         # etag -> peers that together sent a copy that failed: one source sends it whole this round (usable()).
         self.suspect = suspect or {}
         self.hash_on_receive = hash_on_receive
+        self.peer_wait = peer_wait
         self.slots = threading.Condition()
 
     def plan(self, blobs):
@@ -408,37 +413,55 @@ class Downloader(object):
                     self.on_blob_done(blob)
 
     def usable(self, blob):
-        """The sources that may send this blob now.
+        """The sources that may send this blob now, or WAIT.
 
         - The peers that hold it (one that answered 404 is asked again after PEER_MISSING_RETRY_S), were not dropped,
           and were not the only sender of a copy that failed its hash.
-        - The hub only where no such peer is left: with peers holding the checkpoint it sends no byte.
+        - When every live peer lacks it: WAIT, at most peer_wait seconds for this blob. The peers fetch at the same
+          time (a seed from the hub, the others from each other) and serve each blob once it is verified, so a
+          receiver trails them by a blob or so instead of waiting for whole downloads.
+        - The hub only where no live peer is left, or the wait ran out: with peers holding the checkpoint it sends no
+          byte.
         - A blob that failed its hash after several peers sent parts of it (suspects) is sent whole by one source this
           round (blob.pin): a peer that did not send it, else the hub, else one of the suspects. A copy that fails
           again then names its sender, which is excluded next round (three rounds at most, hf_snapshot).
         """
         etag = blob.entry["etag"]
         now = time.time()
-        peers = [s for s in self.peers if s.dropped is None and not s.lacks(etag, now) and s.name not in self.exclude.get(etag, ())]
+        alive = [s for s in self.peers if s.dropped is None and s.name not in self.exclude.get(etag, ())]
+        holding = [s for s in alive if not s.lacks(etag, now)]
         hub = [self.hub_source] if self.hub_source else []
-        if etag not in self.suspect:
-            return peers or hub
-        if blob.pin is not None and blob.pin.dropped is None:
-            return [blob.pin]
-        suspects = self.suspect[etag]
-        return [s for s in peers if s.name not in suspects][:1] or hub or peers[:1]
+        if etag in self.suspect:
+            if blob.pin is not None and blob.pin.dropped is None:
+                return [blob.pin]
+            suspects = self.suspect[etag]
+            choice = [s for s in holding if s.name not in suspects][:1] or hub or holding[:1]
+        else:
+            choice = holding
+        if choice:
+            return choice
+        if alive:
+            if blob.wait_started is None:
+                blob.wait_started = now
+            if now - blob.wait_started < self.peer_wait:
+                return WAIT
+        return hub
 
     def acquire(self, blob):
-        """A source with a free slot for this blob (peers first, the least loaded); waits while all are busy."""
+        """A source with a free slot for this blob (peers first, the least loaded); waits while all are busy, or while
+        the peers do not hold it yet (usable())."""
         with self.slots:
             while True:
                 if self.error is not None:
                     return None
                 usable = self.usable(blob)
+                if usable == WAIT:
+                    self.slots.wait(0.25)
+                    continue
                 if not usable:
                     raise NoSource("%s: no source left for it: %s%s" % (blob.entry["path"], "; ".join(
                         "%s %s" % (s.name, s.dropped or ("sent a copy that failed its hash" if s.name in self.exclude.get(blob.entry["etag"], ())
-                                                          else "does not have it")) for s in self.peers) or "no peers",
+                                                          else "did not get it within peer_wait")) for s in self.peers) or "no peers",
                         "" if self.hub_source else " (hub_bytes is off: the hub sends no bytes)"))
                 free = [s for s in usable if s.active < s.cap]
                 if free:

@@ -108,9 +108,17 @@ def site_summary(d, host, gpus=None, serve=None, proxy=None, weights=None, marks
     lines += ["why: " + r for r in d.get("reasons", [])]
     lines.append(image_line(d, image if not check_mode else None))
     if weights and not check_mode:
-        lines.append("weights: %s files, %.1f GB in %s (%.2f GB fetched, verified: %s)" % (
+        peers = [s for s in weights.get("sources") or [] if s.get("name") != "hub" and s.get("bytes")]
+        fetched = float(weights.get("bytes_downloaded") or 0) / 1e9
+        if peers:  # weights from peers: how much each sent, and what the hub still had to
+            fetched_from = "%.2f GB fetched: %s, %.2f GB from the hub" % (fetched, ", ".join(
+                "%.2f GB from %s" % (s["bytes"] / 1e9, s["name"]) for s in peers),
+                float(weights.get("bytes_from_hub") or 0) / 1e9)
+        else:
+            fetched_from = "%.2f GB fetched" % fetched
+        lines.append("weights: %s files, %.1f GB in %s (%s, verified: %s)" % (
             weights.get("files", "?"), float(weights.get("bytes_total") or 0) / 1e9, weights.get("snapshot_path"),
-            float(weights.get("bytes_downloaded") or 0) / 1e9, weights.get("verified")))
+            fetched_from, weights.get("verified")))
     if endpoint:
         lines.append("endpoint: %s (model %s, client keys from caddy_proxy_clients%s)" % (
             endpoint, d["served_model_name"], ", CA " + proxy["ca"] if proxy.get("ca") else ""))

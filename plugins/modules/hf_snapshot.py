@@ -133,7 +133,9 @@ options:
         peer sends is hashed against them, and a blob that fails is fetched again without that peer.
       - Peers are preferred; each gets at most O(peer_connections) transfers at once. A peer that refuses the key, cuts
         a transfer or cannot be reached is dropped for the run and its ranges go to the others; a peer that answers
-        404 lacks that blob (yet) and is asked for it again only after a few seconds.
+        404 lacks that blob (yet) and is asked for it again a second later.
+      - Peers may fetch at the same time as this host (a seed from the hub): a blob that no live peer holds yet waits
+        for one, at most O(peer_wait) seconds, so this host trails the peers by a blob or so.
     type: list
     elements: dict
     default: []
@@ -156,12 +158,11 @@ options:
     description: Transfers at once from one peer, 1 to 64, so that one seed is not overrun. O(connections) bounds them all.
     type: int
     default: 4
-  start_fraction:
+  peer_wait:
     description:
-      - Start at this fraction of the file list (0 to below 1) and wrap around. Hosts that fetch from each other at once
-        start at different points, so that each soon holds files the others lack.
-    type: float
-    default: 0.0
+      - Seconds a blob may wait for a live peer to hold it. Then the hub sends it (O(hub_bytes)), or the run fails.
+    type: int
+    default: 600
   hub_bytes:
     description:
       - Whether the hub may send bytes. With O(peers), it sends only blobs no peer can (none left, or they lack it).
@@ -340,7 +341,7 @@ from ansible_collections.kimi.deploy.plugins.module_utils._validate import (
 
 # The option limits, their only copy: callers (the kimi_weights role) pass values through and the module refuses
 # a bad one, naming the option.
-LIMITS = (("connections", 1, 64), ("peer_connections", 1, 64), ("chunk_size", 1 << 20, 1 << 34), ("retries", 0, 1000), ("connect_timeout", 1, 3600),
+LIMITS = (("connections", 1, 64), ("peer_connections", 1, 64), ("peer_wait", 0, 86400), ("chunk_size", 1 << 20, 1 << 34), ("retries", 0, 1000), ("connect_timeout", 1, 3600),
           ("stall_timeout", 5, 3600), ("hash_workers", 1, 256), ("min_free_bytes", 0, 1 << 62))
 ENDPOINT_RE = re.compile(r"https?://[^/\s?#]+(/[^\s?#]*)?")
 # The plan (check mode) fails fast on an endpoint it cannot reach: one retry after a second, short timeouts.
@@ -424,7 +425,7 @@ class Snapshot(object):
         """The weights-disk rule (_hf_cache.disk_report); fails naming hf_home and the numbers."""
         self.disk = disk_report(self.layout, need, self.p["min_free_bytes"])
         if not self.disk["ok"]:
-            self.fail(disk_message(self.disk, self.layout.hf_home))
+            self.fail(disk_message(self.disk, self.layout.hf_home, self.layout))
 
     def plan(self, hub, record, pool):
         """Check mode: what would be fetched, and whether the disk can take it. Writes nothing."""
@@ -499,14 +500,14 @@ class Snapshot(object):
         self.progress.set(state="downloading")
         downloader = Downloader(hub, self.layout, connections=self.p["connections"], chunk_size=self.p["chunk_size"],
                                 retries=self.p["retries"], peers=self.peer_sources(), hub_bytes=self.p["hub_bytes"],
-                                exclude=self.exclude, suspect=self.suspect, hash_on_receive=self.checker.mode != "size")
+                                exclude=self.exclude, suspect=self.suspect, hash_on_receive=self.checker.mode != "size",
+                                peer_wait=self.p["peer_wait"])
         if downloader.hub_source is not None and self.hub_source is not None:
             downloader.hub_source = self.hub_source
         self.hub_source = downloader.hub_source
         self.progress.downloader = downloader
         try:
-            first = int(len(missing) * self.p["start_fraction"])
-            futures = downloader.fetch(missing[first:] + missing[:first], self.land, pool)
+            futures = downloader.fetch(missing, self.land, pool)
         finally:
             self.progress.base_done += downloader.bytes_downloaded
             self.progress.downloader = None
@@ -575,8 +576,6 @@ def check_params(module):
         if not ENDPOINT_RE.fullmatch(peer["url"] or ""):
             module.fail_json(msg="peers: %s's url must be an http(s) URL such as https://10.0.0.2:8444, got %r" % (
                 peer["name"], peer["url"]), option="peers")
-    if not 0 <= p["start_fraction"] < 1:
-        module.fail_json(msg="start_fraction must be at least 0 and below 1, got %s" % p["start_fraction"], option="start_fraction")
     if not p["peers"] and not p["hub_bytes"]:
         module.fail_json(msg="hub_bytes=false needs peers: without them no source may send bytes", option="hub_bytes")
     for ref in p["set_refs"]:
@@ -607,7 +606,7 @@ def main():
                                                                               url=dict(type="str", required=True))),
             peer_key=dict(type="str", no_log=True), peer_ca_bundle=dict(type="path"),
             peer_connections=dict(type="int", default=4), hub_bytes=dict(type="bool", default=True),
-            start_fraction=dict(type="float", default=0.0),
+            peer_wait=dict(type="int", default=600),
         ),
         supports_check_mode=True,
     )

@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import human_size
+
 from hfsnap_helpers import (
     MiB, assert_snapshot_matches, blob_path, body_requests, expected_etag, fake_hub, leftovers, manifest,
     parse_range, parse_result, repo_dir, run_client, run_module, sha256_file, snapshot_dir, snapshot_files, start_module,
@@ -572,6 +574,16 @@ def test_refuses_when_min_free_bytes_would_not_stay_free(hub, tmp_path, check_mo
     blobs = os.path.join(repo_dir(home, KIMI), "blobs")
     assert not os.path.isdir(blobs) or os.listdir(blobs) == []
     assert check_mode is False or not home.exists()
+    assert "disk must hold both" not in result["msg"], "no other checkpoint in this cache"
+
+
+def test_a_switch_that_cannot_hold_both_checkpoints_says_so(hub, tmp_path):
+    download(hub, tmp_path, RESUME)  # the checkpoint being served
+    result, unused = run_module(tmp_path, module_args(hub, tmp_path, min_free_bytes=1 << 60), check_mode=True,
+                                expect_ok=False)
+    served = total_size(hub, RESUME)
+    assert "The other checkpoints in this cache take %s" % human_size(served) in result["msg"], result["msg"]
+    assert "the disk must hold both" in result["msg"]
 
 
 # ------------------------------------------------------------------------------------------------ unreachable hubs

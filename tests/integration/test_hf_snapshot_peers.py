@@ -5,6 +5,7 @@ reads what the receiving host wrote.
 """
 import os
 import sys
+import threading
 
 import pytest
 
@@ -160,39 +161,48 @@ def test_a_peer_killed_mid_transfer_is_dropped_and_the_others_finish(hub, tmp_pa
     assert_snapshot_matches(hub, tmp_path / "hf", KIMI)
 
 
-def test_a_peer_that_lacks_a_file_is_not_asked_again_at_once_and_the_hub_sends_it(hub, tmp_path, peers, seed):
+def test_a_file_no_peer_gets_within_peer_wait_comes_from_the_hub(hub, tmp_path, peers, seed):
     lacking = os.path.join(str(seed), "hub", "models--moonshotai--Kimi-K2.6", "blobs", etag(hub, SHARD3))
     hidden = lacking + ".hidden"
     os.rename(lacking, hidden)
     try:
         server = peers()
-        result, unused = run_module(tmp_path, with_peers(hub, tmp_path, [server]))
+        result, unused = run_module(tmp_path, with_peers(hub, tmp_path, [server], peer_wait=2))
     finally:
         os.rename(hidden, lacking)
     asked = [r for r in server.requests if r["path"].endswith(etag(hub, SHARD3))]
-    # Asked by the transfers already under way when the first 404 came back (peer_connections, 4), not after.
-    assert 1 <= len(asked) <= 4 and {r["status"] for r in asked} == {404}, asked
+    # Asked again every 0.25 s by each of its 4 transfers while it waits for the peer to get it (peer_wait=2), then
+    # the hub sends it.
+    assert 1 <= len(asked) <= 4 * (2 / 0.25 + 2) and {r["status"] for r in asked} == {404}, len(asked)
     assert {r["file"] for r in body_requests(hub.requests())} == {SHARD3}
     assert by_name(result)["peer0"]["missing_files"] == 1
     assert_snapshot_matches(hub, tmp_path / "hf", KIMI)
 
 
-def test_start_fraction_starts_at_that_point_of_the_file_list_and_wraps(hub, tmp_path):
-    result, unused = run_module(tmp_path, args(hub, tmp_path, connections=1, start_fraction=0.99))
-    order = []
-    for request in body_requests(hub.requests()):
-        if request["file"] not in order:
-            order.append(request["file"])
-    listing = sorted(manifest(hub, KIMI))
-    assert order[0] == listing[-1] and order[1:] == listing[:-1], order
+def test_a_receiver_trails_a_peer_that_is_still_fetching(hub, tmp_path, peers, seed):
+    """The peer lacks a file when the receiver starts and gets it 2 s later (as a seed downloading at the same time):
+    the receiver waits for it instead of asking the hub, which sends nothing."""
+    lacking = os.path.join(str(seed), "hub", "models--moonshotai--Kimi-K2.6", "blobs", etag(hub, SHARD3))
+    hidden = lacking + ".hidden"
+    os.rename(lacking, hidden)
+    timer = threading.Timer(2.0, os.rename, (hidden, lacking))
+    timer.start()
+    try:
+        server = peers()
+        result, unused = run_module(tmp_path, with_peers(hub, tmp_path, [server], peer_wait=60))
+    finally:
+        timer.join()
+    asked = [r for r in server.requests if r["path"].endswith(etag(hub, SHARD3))]
+    assert {r["status"] for r in asked} == {404, 206}
+    assert body_requests(hub.requests()) == [] and result["bytes_from_hub"] == 0
     assert_snapshot_matches(hub, tmp_path / "hf", KIMI)
 
 
 @pytest.mark.parametrize("extra, words", [
-    ({"start_fraction": 1.0}, "start_fraction must be at least 0 and below 1"),
     ({"hub_bytes": False}, "hub_bytes=false needs peers"),
     ({"peers": [{"name": "p", "url": "ftp://x"}]}, "peers: p's url must be an http(s) URL"),
     ({"peer_connections": 0}, "peer_connections must be between 1 and 64"),
+    ({"peer_wait": -1}, "peer_wait must be between 0 and 86400"),
 ])
 def test_refuses_bad_peer_options_naming_them(hub, tmp_path, extra, words):
     result, unused = run_module(tmp_path, args(hub, tmp_path, **extra), expect_ok=False)

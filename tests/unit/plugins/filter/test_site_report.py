@@ -121,3 +121,15 @@ def test_running_requests_sums_the_engines_running_and_queued_gauges():
     assert running_requests("") == 0 and running_requests(None) == 0
     with pytest.raises(AnsibleFilterError, match="must be the /metrics text"):
         running_requests(["not", "text"])
+
+
+def test_the_weights_line_says_how_much_each_peer_and_the_hub_sent(deployment):
+    weights = {"files": 64, "bytes_total": 595e9, "snapshot_path": "/hf/snap", "bytes_downloaded": 595e9, "verified": True,
+               "bytes_from_hub": 2e9, "sources": [{"name": "gpu1", "bytes": 400e9}, {"name": "gpu2", "bytes": 193e9},
+                                                  {"name": "gpu3", "bytes": 0}, {"name": "hub", "bytes": 2e9}]}
+    lines = site_summary_filter(deployment, "gpu4", weights=weights, marks=MARKS, run_tags=["all"])
+    assert ("weights: 64 files, 595.0 GB in /hf/snap (595.00 GB fetched: 400.00 GB from gpu1, 193.00 GB from gpu2, "
+            "2.00 GB from the hub, verified: True)") in lines
+    alone = dict(weights, sources=[{"name": "hub", "bytes": 595e9}])
+    assert "weights: 64 files, 595.0 GB in /hf/snap (595.00 GB fetched, verified: True)" in site_summary_filter(
+        deployment, "gpu1", weights=alone, marks=MARKS, run_tags=["all"])
