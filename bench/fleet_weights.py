@@ -146,7 +146,7 @@ def dd_fsync_s(folder, size):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--hosts", type=int, default=4, help="hosts in the fleet (N)")
     parser.add_argument("--size", type=parse_size, default=parse_size("1GiB"), help="repo size (shards in total)")
     parser.add_argument("--shards", type=int, default=16)

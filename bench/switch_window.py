@@ -102,7 +102,7 @@ def download(hub, home, opts):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--size", type=parse_size, default=parse_size("2GiB"))
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)

@@ -459,9 +459,8 @@ class Downloader(object):
                     self.slots.wait(0.25)
                     continue
                 if not usable:
-                    raise NoSource("%s: no source left for it: %s%s" % (blob.entry["path"], "; ".join(
-                        "%s %s" % (s.name, s.dropped or ("sent a copy that failed its hash" if s.name in self.exclude.get(blob.entry["etag"], ())
-                                                          else "did not get it within peer_wait")) for s in self.peers) or "no peers",
+                    raise NoSource("%s: no source left for it: %s%s" % (
+                        blob.entry["path"], "; ".join("%s %s" % (s.name, self.why_not(s, blob)) for s in self.peers) or "no peers",
                         "" if self.hub_source else " (hub_bytes is off: the hub sends no bytes)"))
                 free = [s for s in usable if s.active < s.cap]
                 if free:
@@ -471,6 +470,13 @@ class Downloader(object):
                         blob.pin = source
                     return source
                 self.slots.wait(0.5)
+
+    def why_not(self, source, blob):
+        if source.dropped:
+            return source.dropped
+        if source.name in self.exclude.get(blob.entry["etag"], ()):
+            return "sent a copy that failed its hash"
+        return "did not get it within peer_wait"
 
     def release(self, source):
         with self.slots:

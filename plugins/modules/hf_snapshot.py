@@ -134,7 +134,7 @@ options:
       - Peers are preferred; each gets at most O(peer_connections) transfers at once. A peer that refuses the key, cuts
         a transfer or cannot be reached is dropped for the run and its ranges go to the others; a peer that answers
         404 lacks that blob (yet) and is asked for it again a second later.
-      - Peers may fetch at the same time as this host (a seed from the hub): a blob that no live peer holds yet waits
+      - Peers may fetch at the same time as this host (a seed from the hub). A blob that no live peer holds yet waits
         for one, at most O(peer_wait) seconds, so this host trails the peers by a blob or so.
     type: list
     elements: dict
@@ -341,7 +341,8 @@ from ansible_collections.kimi.deploy.plugins.module_utils._validate import (
 
 # The option limits, their only copy: callers (the kimi_weights role) pass values through and the module refuses
 # a bad one, naming the option.
-LIMITS = (("connections", 1, 64), ("peer_connections", 1, 64), ("peer_wait", 0, 86400), ("chunk_size", 1 << 20, 1 << 34), ("retries", 0, 1000), ("connect_timeout", 1, 3600),
+LIMITS = (("connections", 1, 64), ("peer_connections", 1, 64), ("peer_wait", 0, 86400), ("chunk_size", 1 << 20, 1 << 34),
+          ("retries", 0, 1000), ("connect_timeout", 1, 3600),
           ("stall_timeout", 5, 3600), ("hash_workers", 1, 256), ("min_free_bytes", 0, 1 << 62))
 ENDPOINT_RE = re.compile(r"https?://[^/\s?#]+(/[^\s?#]*)?")
 # The plan (check mode) fails fast on an endpoint it cannot reach: one retry after a second, short timeouts.

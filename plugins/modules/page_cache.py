@@ -18,8 +18,8 @@ description:
   - It reads only while the kernel's C(MemAvailable) stays above O(reserve_bytes) and at most O(max_bytes); files
     already resident are not read again. Page cache is reclaimable, so the serving engine's own memory is not taken;
     the reserve keeps room for what the host needs besides.
-  - V(evicted) drops the files' clean pages (C(posix_fadvise DONTNEED), no privilege needed): a cold start, for
-    measurements.
+  - V(evicted) drops the files' clean pages with C(posix_fadvise DONTNEED), which needs no privilege. That makes a
+    cold start, for measurements.
   - Reports the resident bytes before and after (C(mincore)). The page cache is not configuration, so the module
     always reports RV(ignore:changed=false).
 version_added: 0.1.0

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Peer cache server double: what the caddy_proxy role's peer cache server (Caddy file_server) answers, for tests
 that need faults Caddy cannot make on demand.
 
