@@ -38,9 +38,9 @@ demo-plan: setup  ## site.yml --check --diff on the demo host: the plan for QUAN
 demo-clean:  ## Remove everything make demo made (the host, its volumes, .demo/)
 	demo/demo.sh clean
 
-plan: setup  ## Resolve and print a deployment, no host needed (QUANT=, ENGINE=, GPUS=profile)
+plan: setup  ## Resolve and print a deployment, no host needed (QUANT=, ENGINE=, GPUS=profile, HOSTS=hosts in one replica)
 	$(BIN)/ansible-playbook playbooks/plan.yml -e quant=$(or $(QUANT),auto) -e engine=$(or $(ENGINE),auto) \
-		-e @tests/fixtures/gpus/$(or $(GPUS),rtx-pro-6000-x8).json
+		-e @tests/fixtures/gpus/$(or $(GPUS),rtx-pro-6000-x8).json -e kimi_replica_plan_hosts=$(or $(HOSTS),1)
 
 lint: setup  ## yamllint + ansible-lint (production profile) + changelog fragments
 	$(BIN)/yamllint --strict .

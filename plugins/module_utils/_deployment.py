@@ -58,6 +58,11 @@ VARIABLES = {
     "extra_args": "kimi_engine_extra_args",
     "revision": "kimi_<quant>_revision",
     "image": "kimi_engine_image",
+    "pp": "kimi_pipeline_parallel",
+    "nodes": "kimi_replica (the hosts that share it)",
+    "node_rank": "kimi_replica_rank",
+    "head_address": "kimi_replica_head_address",
+    "dist_port": "kimi_replica_port",
 }
 
 CHECKPOINTS = {
@@ -120,6 +125,10 @@ MEMORY_KNOBS = {
 }
 
 MAX_CONTEXT = 262144  # the model's 256K window
+# A replica over several hosts: the engines' own rendezvous (SGLang --dist-init-addr, vLLM --master-addr/port) on the
+# head, at this port unless kimi_replica_port says otherwise. Up to MAX_NODES hosts.
+DEFAULT_DIST_PORT = 29500
+MAX_NODES = 16
 DEFAULT_PORT = 30000
 # --network host: Caddy reaches the engine over loopback, and the raw port answers unauthenticated to whoever can
 # reach it (the runbook's warning), so loopback is the default and 0.0.0.0 an explicit, warned opt-in.
@@ -175,16 +184,17 @@ def _summary(gpus):
 # The VRAM fit: one verdict, from the settings actually chosen
 # ---------------------------------------------------------------------------------------------------
 
-def kv_capacity_tokens(quant, engine, kv_cache_dtype, mem_fraction, gpu_memory_mib, tp):
-    """Estimated KV-cache tokens per engine instance (an estimate, calibrated on the runbook)."""
-    free = gpu_memory_mib * MIB * mem_fraction - _weights_per_gpu(quant, tp) - RUNTIME_RESERVE_BYTES[engine]
+def kv_capacity_tokens(quant, engine, kv_cache_dtype, mem_fraction, gpu_memory_mib, tp, pp=1):
+    """Estimated KV-cache tokens per engine instance (an estimate, calibrated on the runbook). With pipeline
+    parallel each stage holds 1/pp of the layers, and so 1/pp of the weights and of each token's KV."""
+    free = gpu_memory_mib * MIB * mem_fraction - _weights_per_gpu(quant, tp, pp) - RUNTIME_RESERVE_BYTES[engine]
     if free <= 0:
         return 0
-    return int(free // KV_BYTES_PER_TOKEN[KV_ELEMENT[kv_cache_dtype]])
+    return int(free // (KV_BYTES_PER_TOKEN[KV_ELEMENT[kv_cache_dtype]] / float(pp)))
 
 
-def _weights_per_gpu(quant, tp):
-    return CHECKPOINTS[quant]["weights_bytes"] / float(tp) + REPLICATED_WEIGHT_BYTES
+def _weights_per_gpu(quant, tp, pp=1):
+    return CHECKPOINTS[quant]["weights_bytes"] / float(tp * pp) + REPLICATED_WEIGHT_BYTES
 
 
 def _gb(count):
@@ -214,8 +224,9 @@ def _what_would_fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_k
     return "Use more or larger GPUs, e.g. %s." % FITTING_POOLS
 
 
-def fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens=MIN_KV_TOKENS):
-    """Can `gpus` (a summarize_gpus summary) serve the `quant` checkpoint on `engine` with these settings?
+def fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens=MIN_KV_TOKENS, pp=1, nodes=1):
+    """Can `gpus` (a summarize_gpus summary of one host; a replica is `nodes` such hosts) serve the `quant`
+    checkpoint on `engine` with these settings (tp x pp ranks)?
 
     The one VRAM verdict of the collection: {"fits": bool, "kv_tokens": int, "reason": a sentence with the
     numbers (GPUs, per-GPU share of the weights, KV tokens against the minimum, and what would fit)}.
@@ -225,31 +236,77 @@ def fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens=MIN
     if not gpus["count"]:
         return {"fits": False, "kv_tokens": 0, "reason": "Does not fit: no NVIDIA GPU was found."}
     what = "%d x %s" % (gpus["count"], ", ".join(gpus["models"]))
+    if nodes > 1:
+        what = "%d hosts of %s" % (nodes, what)
     if gpus["arch"] == "unsupported":
         return {"fits": False, "kv_tokens": 0, "reason": (
             "Does not fit: %s (%s) is older than Ampere; the INT4 and NVFP4 MoE kernels need sm_80 or newer."
             % (what, gpus["sm"]))}
     knob = MEMORY_KNOBS[engine]["flag"]
-    tokens = kv_capacity_tokens(quant, engine, kv_cache_dtype, mem_fraction, gpus["vram_min_mib"], tp)
-    share = _weights_per_gpu(quant, tp)
+    tokens = kv_capacity_tokens(quant, engine, kv_cache_dtype, mem_fraction, gpus["vram_min_mib"], tp, pp)
+    share = _weights_per_gpu(quant, tp, pp)
     usable = gpus["vram_min_mib"] * MIB * mem_fraction
-    numbers = (tp, what, gpus["vram_min_mib"], _gb(gpus["vram_total_mib"] * MIB), _gb(share),
+    layout = "tensor parallel %d" % tp + (" x pipeline parallel %d" % pp if pp > 1 else "")
+    numbers = (layout, what, gpus["vram_min_mib"], _gb(gpus["vram_total_mib"] * MIB * nodes), _gb(share),
                _gb(checkpoint["weights_bytes"]), quant, checkpoint["repo_id"], _gb(usable), engine, knob,
                _fmt(mem_fraction))
-    setting = ("tensor parallel %d on %s with %d MiB each (%.0f GB in all): each GPU %s ~%.0f GB of the ~%.0f GB "
+    setting = ("%s on %s with %d MiB each (%.0f GB in all): each GPU %s ~%.0f GB of the ~%.0f GB "
                "%s checkpoint (%s) in the ~%.0f GB that %s %s %s gives it")
     if tokens >= min_kv_tokens:
         return {"fits": True, "kv_tokens": tokens, "reason": (
             "Fits: " + setting % (numbers[:4] + ("holds",) + numbers[4:])
             + ", leaving room for ~%dK KV tokens per replica with %s KV (at least %dK needed; estimate)."
             % (tokens // 1024, kv_cache_dtype, min_kv_tokens // 1024))}
-    needed = (share + RUNTIME_RESERVE_BYTES[engine] + min_kv_tokens * KV_BYTES_PER_TOKEN[KV_ELEMENT[kv_cache_dtype]])
+    needed = (share + RUNTIME_RESERVE_BYTES[engine]
+              + min_kv_tokens * KV_BYTES_PER_TOKEN[KV_ELEMENT[kv_cache_dtype]] / float(pp))
+    advice = (_what_would_fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens) if nodes == 1
+              else "Add hosts to the replica, or use larger GPUs.")
     return {"fits": False, "kv_tokens": tokens, "reason": (
         "Does not fit: " + setting % (numbers[:4] + ("would hold",) + numbers[4:])
         + ", leaving room for %dK KV tokens with %s KV (estimate), below the %dK minimum. It needs about %.0f GB "
-        "per GPU at tensor parallel %d. %s"
-        % (tokens // 1024, kv_cache_dtype, min_kv_tokens // 1024, _gb(needed / mem_fraction), tp,
-           _what_would_fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens)))}
+        "per GPU at %s. %s"
+        % (tokens // 1024, kv_cache_dtype, min_kv_tokens // 1024, _gb(needed / mem_fraction), layout, advice))}
+
+
+def replica_layout(engine, gpus_per_host, nodes, tp=None, pp=None):
+    """(tp, pp, reason) for a replica of `nodes` hosts of `gpus_per_host` GPUs; tp/pp given by the user win.
+
+    One host: tensor parallel over its GPUs. Several: vLLM keeps tensor parallel inside each host and pipelines
+    across hosts (only the activations between stages cross the host link, which is Ethernet or PCIe class, not
+    NVLink); SGLang runs tensor parallel across the whole replica (its multi-node mode, --nnodes with one TP group).
+    """
+    world = gpus_per_host * nodes
+    if nodes == 1:
+        auto_tp, auto_pp, why = world, 1, None
+    elif engine == "vllm":
+        auto_tp, auto_pp = gpus_per_host, nodes
+        why = ("vLLM across %d hosts: tensor parallel %d inside each host, pipeline parallel %d across them (only "
+               "activations cross the host link between stages; tensor parallel all-reduces stay on NVLink/PCIe)."
+               % (nodes, gpus_per_host, nodes))
+    else:
+        auto_tp, auto_pp = world, 1
+        why = ("SGLang across %d hosts: tensor parallel %d over the whole replica (SGLang's multi-node mode, one "
+               "tensor-parallel group, --nnodes %d)." % (nodes, world, nodes))
+    tp = auto_tp if tp is None else tp
+    if pp is None:  # one host: the tp GPUs asked for; several: every GPU of the replica once
+        pp = auto_pp if tp == auto_tp or nodes == 1 else max(1, world // tp)
+    return tp, pp, why
+
+
+def replica_advice(quant, engine, kv_cache_dtype, mem_fraction, gpus, min_kv_tokens=MIN_KV_TOKENS):
+    """For a host that cannot hold the deployment alone: the smallest replica of such hosts that can, as a sentence
+    with the numbers, or None."""
+    if not gpus["count"] or gpus["arch"] == "unsupported":
+        return None
+    for nodes in range(2, MAX_NODES + 1):
+        tp, pp, _why = replica_layout(engine, gpus["count"], nodes)
+        if tp & (tp - 1):
+            continue
+        verdict = fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens, pp=pp, nodes=nodes)
+        if verdict["fits"]:
+            return ("Does not fit alone; fits as a %d-host replica of such hosts (set kimi_replica to one name on "
+                    "each): %s" % (nodes, verdict["reason"]))
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -585,29 +642,54 @@ def resolve(inputs, gpus=None, require_revision=True):
         reasons.append(_kv_note(kv))
     moe = _check_moe(quant, inputs.get("moe_backend"), summary["arch"] if summary else None)
 
-    # Tensor parallel: every GPU of the host by default.
-    tp = inputs.get("tp")
-    if _is_unset(tp):
-        if not summary:
+    # The replica: this host alone, or `nodes` hosts (kimi_replica) of which this one has node_rank.
+    nodes = _check_int("nodes", 1 if _is_unset(inputs.get("nodes")) else inputs["nodes"], 1, MAX_NODES)
+    node_rank = _check_int("node_rank", 0 if _is_unset(inputs.get("node_rank")) else inputs["node_rank"], 0, nodes - 1)
+    head_address = None
+    if nodes > 1:
+        head_address = _check_text("head_address", inputs.get("head_address"), HOST_RE,
+                                   ["the head host's address on the replica's network, e.g. 10.0.0.11"], None)
+        if head_address is None:
+            _fail("head_address", None, ["the head host's address (kimi_replica_head_address, or its ansible_host)"],
+                  "a replica of %d hosts meets at its head" % nodes)
+    dist_port = _check_int("dist_port", DEFAULT_DIST_PORT if _is_unset(inputs.get("dist_port")) else inputs["dist_port"],
+                           1, 65535)
+
+    # Tensor and pipeline parallel: every GPU of the replica once (replica_layout, overridable).
+    tp = None if _is_unset(inputs.get("tp")) else _check_int("tp", inputs["tp"], 1, 64 * MAX_NODES)
+    pp = None if _is_unset(inputs.get("pp")) else _check_int("pp", inputs["pp"], 1, 61)
+    if summary is None:
+        if tp is None:
             tp = 8
             reasons.append("tensor parallel 8: no GPU facts, assuming the 8-GPU reference pool.")
-        else:
-            tp = summary["count"]
-    tp = _check_int("tp", tp, 1, 64)
+        tp, pp, layout_why = tp, pp or (nodes if engine == "vllm" and nodes > 1 and tp == 8 else 1), None
+    else:
+        tp, pp, layout_why = replica_layout(engine, summary["count"], nodes, tp, pp)
+    if layout_why:
+        reasons.append(layout_why)
     if tp & (tp - 1):
         _fail("tp", tp, [1, 2, 4, 8, 16, 32, 64], "MLA's 64 attention heads split over a power of two")
-    if summary and tp > summary["count"]:
+    if summary and nodes == 1 and pp == 1 and tp > summary["count"]:
         _fail("tp", tp, ["1..%d (GPUs found)" % summary["count"]], "more ranks than GPUs")
+    if summary and tp * pp > summary["count"] * nodes:
+        _fail("tp", tp, ["tp x pp up to %d (GPUs in the replica: %d host(s) x %d)" % (
+            summary["count"] * nodes, nodes, summary["count"])], "more ranks than GPUs (pp %d)" % pp)
+    if summary and nodes > 1 and tp * pp != summary["count"] * nodes:
+        _fail("pp", pp, ["tp x pp = %d, every GPU of the %d hosts" % (summary["count"] * nodes, nodes)],
+              "a multi-host replica gives each engine process all the GPUs of its host (tp %d)" % tp)
 
     mem = _check_mem(engine, inputs.get("mem_fraction"))
     min_kv = inputs.get("min_kv_tokens")
     min_kv = MIN_KV_TOKENS if _is_unset(min_kv) else _check_int("min_kv_tokens", min_kv, 0, 64 * MAX_CONTEXT)
 
     # The fit of the settings chosen (not the recommended ones).
-    verdict = fit(quant, engine, kv, mem, tp, summary, min_kv) if summary else None
+    verdict = fit(quant, engine, kv, mem, tp, summary, min_kv, pp=pp, nodes=nodes) if summary else None
     kv_tokens = verdict["kv_tokens"] if verdict else None
     if verdict:
         reasons.append(verdict["reason"])
+    replica = replica_advice(quant, engine, kv, mem, summary, min_kv) if verdict and not verdict["fits"] and nodes == 1 else None
+    if replica:
+        reasons.append(replica)
 
     # Context length: vLLM with bf16 KV tops out ~131K on 96 GB cards; 256K needs fp8 KV.
     ctx = inputs.get("context_length")
@@ -676,6 +758,13 @@ def resolve(inputs, gpus=None, require_revision=True):
         "kv_cache_dtype": kv,
         "moe_backend": moe,
         "tp": tp,
+        "pp": pp,
+        # The replica: nodes hosts meeting at head_address:dist_port; rank 0 (the head) serves the API.
+        "nodes": nodes,
+        "node_rank": node_rank,
+        "head_address": head_address,
+        "dist_port": dist_port,
+        "serves_api": node_rank == 0,
         "host": host,
         "port": port,
         # Where a client on the host reaches the engine (a wildcard bind is reached over loopback).
@@ -698,10 +787,13 @@ def resolve(inputs, gpus=None, require_revision=True):
             "kv_tokens_estimate": kv_tokens,
             "fits": verdict["fits"],
             "fit_reason": verdict["reason"],
+            "replica_advice": replica,
             "recommended": dict((k, advice[k]) for k in ("quant", "engine", "kv_cache_dtype", "moe_backend")),
         }
     deployment["argv"] = engine_argv(deployment)
     deployment["command"] = command_for(deployment)
+    # Every member's command (the same but for its rank), for the plan and for checking a replica agrees.
+    deployment["member_commands"] = [command_for(dict(deployment, node_rank=rank)) for rank in range(nodes)]
     return deployment
 
 
@@ -754,6 +846,22 @@ def _nvfp4(deployment):
     return deployment["quant"] == "nvfp4"
 
 
+def _multi_node(deployment):
+    return deployment["nodes"] > 1
+
+
+def _pipelined(deployment):
+    return deployment["pp"] > 1
+
+
+def _worker(deployment):
+    return deployment["nodes"] > 1 and deployment["node_rank"] > 0
+
+
+def _dist_init_addr(deployment):
+    return "%s:%d" % (deployment["head_address"], deployment["dist_port"])
+
+
 ENGINE_ARGS = {
     "sglang": (
         Arg("--model-path", "quant", _model),
@@ -769,6 +877,11 @@ ENGINE_ARGS = {
         Arg("--context-length", "context_length"),
         Arg("--enable-metrics"),  # vLLM always serves /metrics; SGLang only with this flag
         Arg("--quantization", "quant", _quantization, when=_quantization),  # INT4: auto-detected, never emitted
+        Arg("--pp-size", "pp", when=_pipelined),
+        # A replica over several hosts: every member runs this with its rank; rank 0 serves HTTP.
+        Arg("--nnodes", "nodes", when=_multi_node),
+        Arg("--node-rank", "node_rank", when=_multi_node),
+        Arg("--dist-init-addr", "head_address", _dist_init_addr, when=_multi_node),
     ),
     "vllm": (
         Arg("--model", "quant", _model, positional=True),  # `vllm serve <model>`
@@ -787,6 +900,13 @@ ENGINE_ARGS = {
         Arg("--quantization", "quant", _quantization, when=_quantization),
         Arg("--moe-backend", "moe_backend", when=_nvfp4),
         Arg("--disable-custom-all-reduce", when=_nvfp4),
+        Arg("--pipeline-parallel-size", "pp", when=_pipelined),
+        # A replica over several hosts: the head (rank 0) serves the API; the others run headless.
+        Arg("--nnodes", "nodes", when=_multi_node),
+        Arg("--node-rank", "node_rank", when=_multi_node),
+        Arg("--master-addr", "head_address", when=_multi_node),
+        Arg("--master-port", "dist_port", when=_multi_node),
+        Arg("--headless", when=_worker),
     ),
 }
 

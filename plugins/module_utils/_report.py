@@ -17,9 +17,10 @@ def plan_lines(d):
     """The resolved deployment `d` (kimi.deploy.deployment) as 'key: value' lines."""
     hw = d.get("hardware")
     if hw:
-        hardware = "%d x %s, %s, %d MiB pool, fits=%s, KV estimate %s tokens" % (
-            hw["gpu_count"], "/".join(hw["models"]), hw["sm"], hw["vram_total_mib"], hw["fits"],
-            hw["kv_tokens_estimate"])
+        nodes = d.get("nodes", 1)
+        hardware = "%s%d x %s, %s, %d MiB pool, fits=%s, KV estimate %s tokens" % (
+            "%d hosts of " % nodes if nodes > 1 else "", hw["gpu_count"], "/".join(hw["models"]), hw["sm"],
+            hw["vram_total_mib"] * nodes, hw["fits"], hw["kv_tokens_estimate"])
     else:
         hardware = "no GPU facts given"
     ckpt = d["checkpoint"]
@@ -31,9 +32,21 @@ def plan_lines(d):
                "kv_cache_dtype: %s, moe_backend: %s, %s %s, context %s, tp %s" % (
                    d["kv_cache_dtype"], d["moe_backend"] or "n/a", d["memory_flag"], d["mem_fraction"],
                    d["context_length"], d["tp"]),
-               "served model name: %s on %s:%s" % (d["served_model_name"], d["host"], d["port"]),
-               "command: " + " ".join(d["command"])]
+               "served model name: %s on %s:%s" % (d["served_model_name"], d["host"], d["port"])]
+            + _replica_lines(d)
             + ["warning: " + w for w in d.get("warnings", [])])
+
+
+def _replica_lines(d):
+    """The command; for a replica over several hosts, one per member (rank 0, the head, serves the API)."""
+    nodes = d.get("nodes", 1)
+    if nodes <= 1:
+        return ["command: " + " ".join(d["command"])]
+    lines = ["replica: %d hosts meeting at %s:%s, tensor parallel %s x pipeline parallel %s; host 0 (the head) serves "
+             "the API and Caddy runs there" % (nodes, d["head_address"], d["dist_port"], d["tp"], d["pp"])]
+    for rank, command in enumerate(d["member_commands"]):
+        lines.append("command on host %d%s: %s" % (rank, " (head)" if rank == 0 else "", " ".join(command)))
+    return lines
 
 
 def _checks(checks):

@@ -187,3 +187,16 @@ def test_site_preflight_refuses_api_keys_given_as_a_string(tmp_path):
     assert "caddy_proxy_api_keys must be a list of keys" in out and "(got a str, not a list)" in out, out
     assert ("k" * 40) not in out  # no_log in the spec: the value is never printed
     assert "Turn the host into a GPU container host" not in out
+
+
+def test_plan_for_one_8_x_h100_says_it_fits_as_a_2_host_replica_and_prints_the_two_host_plan():
+    h100 = "@" + os.path.join(ROOT, "tests", "fixtures", "gpus", "h100-x8.json")
+    rc, out = playbook("playbooks/plan.yml", "-e", h100)
+    assert rc == 0, out
+    assert "Does not fit alone; fits as a 2-host replica of such hosts" in out
+    rc, out = playbook("playbooks/plan.yml", "-e", h100, "-e", "kimi_replica_plan_hosts=2")
+    assert rc == 0, out
+    assert "hardware: 2 hosts of 8 x NVIDIA H100 80GB HBM3" in out and "fits=True" in out
+    assert "replica: 2 hosts meeting at head.replica.example:29500, tensor parallel 8 x pipeline parallel 2" in out
+    assert "--nnodes 2 --node-rank 0 --master-addr head.replica.example --master-port 29500'" in out
+    assert "--nnodes 2 --node-rank 1 --master-addr head.replica.example --master-port 29500 --headless'" in out

@@ -468,7 +468,8 @@ def test_the_fit_describes_the_chosen_checkpoint():
 def test_hardware_shape():
     hardware = resolve(RTX8)["hardware"]
     assert set(hardware) == {"gpu_count", "models", "arch", "sm", "vram_total_mib", "vram_min_mib",
-                             "kv_tokens_estimate", "fits", "fit_reason", "recommended"}
+                             "kv_tokens_estimate", "fits", "fit_reason", "recommended", "replica_advice"}
+    assert hardware["replica_advice"] is None  # it fits alone
     assert (hardware["vram_total_mib"], hardware["vram_min_mib"], hardware["fits"]) == (8 * 97887, 97887, True)
     assert hardware["kv_tokens_estimate"] == dm.kv_capacity_tokens("int4", "sglang", "fp8_e4m3", 0.85, 97887, 8)
 
