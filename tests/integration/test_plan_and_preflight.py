@@ -1,5 +1,6 @@
 """The plan playbook and site.yml's preflight, run through real ansible-playbook (no GPU host needed)."""
 import os
+import re
 import subprocess
 
 import pytest
@@ -200,3 +201,18 @@ def test_plan_for_one_8_x_h100_says_it_fits_as_a_2_host_replica_and_prints_the_t
     assert "replica: 2 hosts meeting at head.replica.example:29500, tensor parallel 8 x pipeline parallel 2" in out
     assert "--nnodes 2 --node-rank 0 --master-addr head.replica.example --master-port 29500'" in out
     assert "--nnodes 2 --node-rank 1 --master-addr head.replica.example --master-port 29500 --headless'" in out
+
+
+def test_site_refuses_a_multi_host_replica_before_any_change(tmp_path):
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  children:\n    kimi_servers:\n      hosts:\n"
+                         "        gpu1: {ansible_connection: local, kimi_replica: r1}\n"
+                         "        gpu2: {ansible_connection: local, kimi_replica: r1}\n"
+                         "      vars: {ansible_python_interpreter: \"{{ ansible_playbook_python }}\"}\n")
+    h100 = "@" + os.path.join(ROOT, "tests", "fixtures", "gpus", "h100-x8.json")
+    rc, out = playbook("-i", str(inventory), "site.yml", "-e", h100, "-e", "quant=int4", "-e", "engine=vllm",
+                       "-e", "kimi_int4_revision=" + SHA)
+    assert rc != 0
+    assert "kimi_replica=r1 groups 2 hosts into one replica" in out and "HOSTS=2" in out, out[-3000:]
+    recap = out.split("PLAY RECAP")[-1]
+    assert "gpu1 : ok=" in recap and "gpu2 : ok=" in recap and not re.search(r"changed=[1-9]", recap)
