@@ -658,13 +658,9 @@ def resolve(inputs, gpus=None, require_revision=True):
     # Tensor and pipeline parallel: every GPU of the replica once (replica_layout, overridable).
     tp = None if _is_unset(inputs.get("tp")) else _check_int("tp", inputs["tp"], 1, 64 * MAX_NODES)
     pp = None if _is_unset(inputs.get("pp")) else _check_int("pp", inputs["pp"], 1, 61)
-    if summary is None:
-        if tp is None:
-            tp = 8
-            reasons.append("tensor parallel 8: no GPU facts, assuming the 8-GPU reference pool.")
-        tp, pp, layout_why = tp, pp or (nodes if engine == "vllm" and nodes > 1 and tp == 8 else 1), None
-    else:
-        tp, pp, layout_why = replica_layout(engine, summary["count"], nodes, tp, pp)
+    if summary is None and tp is None:
+        reasons.append("tensor parallel 8: no GPU facts, assuming the 8-GPU reference pool.")
+    tp, pp, layout_why = replica_layout(engine, summary["count"] if summary else 8, nodes, tp, pp)
     if layout_why:
         reasons.append(layout_why)
     if tp & (tp - 1):
