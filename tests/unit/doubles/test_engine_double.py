@@ -532,3 +532,72 @@ def test_vllm_nvfp4_refuses_a_non_nvfp4_moe_backend(tmp_path):
     code = EngineDouble("vllm", args, env={"HF_HUB_CACHE": str(tmp_path)}, out=io.StringIO(), err=err
                         ).run(threading.Event())
     assert code == 1 and "ValueError: moe_backend='triton' is not supported for NvFP4 MoE." in err.getvalue()
+
+
+# ---- a replica over several hosts (--nnodes): the rendezvous -----------------------------------------------
+def replica_lines(engine, port, nnodes=2, tp=8, pp=2):
+    if engine == "vllm":
+        base = list(VLLM_LINE) + ["--pipeline-parallel-size", str(pp), "--nnodes", str(nnodes),
+                                  "--master-addr", "127.0.0.1", "--master-port", str(port)]
+        return [base + ["--node-rank", str(rank)] + (["--headless"] if rank else []) for rank in range(nnodes)]
+    base = [a if a != "8" else str(tp * nnodes) for a in SGLANG_LINE] + [
+        "--nnodes", str(nnodes), "--dist-init-addr", "127.0.0.1:%d" % port]
+    return [base + ["--node-rank", str(rank)] for rank in range(nnodes)]
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_a_replica_starts_when_every_rank_joins_and_only_the_head_serves(start, engine):
+    head_line, worker_line = replica_lines(engine, free_port())
+    head = start(engine, line=head_line, wait_ready=False)
+    worker = start(engine, line=worker_line, wait_ready=False)
+    assert head.double.ready.wait(10), head.err.getvalue()
+    assert head.get("/v1/models")[0] == 200
+    for _ in range(100):  # the worker loads its weights on its own after the rendezvous
+        if worker.double.state == "ready":
+            break
+        time.sleep(0.1)
+    assert worker.double.state == "ready" and worker.double.httpd is None, "a worker serves no HTTP"
+    assert "Rendezvous: all 2 ranks joined" in head.out.getvalue()
+    assert "running headless" in worker.out.getvalue()
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_when_a_member_goes_away_the_head_fails_and_a_restart_recovers(start, engine):
+    port = free_port()
+    head_line, worker_line = replica_lines(engine, port)
+    head = start(engine, line=head_line, wait_ready=False)
+    worker = start(engine, line=worker_line, wait_ready=False)
+    assert head.double.ready.wait(10), head.err.getvalue()
+    worker.close()
+    head.thread.join(5)
+    assert head.code == 1 and "NCCL error: remote process exited" in head.err.getvalue()
+    again = [start(engine, line=line, wait_ready=False) for line in replica_lines(engine, port)]
+    assert again[0].double.ready.wait(10), again[0].err.getvalue()
+
+
+def test_a_member_with_another_configuration_fails_both_at_init(start):
+    port = free_port()
+    head_line, worker_line = replica_lines("vllm", port)
+    worker_line[worker_line.index("--kv-cache-dtype") + 1] = "auto"
+    head = start("vllm", line=head_line, wait_ready=False)
+    worker = start("vllm", line=worker_line, wait_ready=False)
+    head.thread.join(10)
+    worker.thread.join(10)
+    for rank in (head, worker):
+        assert rank.code == 1
+        assert "rank 1 was started with kv_cache_dtype='auto', rank 0 with 'fp8'" in rank.err.getvalue()
+
+
+def test_a_missing_member_fails_the_head_after_the_timeout(start):
+    head_line, unused = replica_lines("sglang", free_port())
+    head = start("sglang", line=head_line, env={"KIMI_DOUBLE_RENDEZVOUS_TIMEOUT": "1"}, wait_ready=False)
+    head.thread.join(10)
+    assert head.code == 1
+    assert "DistStoreError: Timed out after 1 seconds waiting for clients. 1/2 clients joined." in head.err.getvalue()
+
+
+def test_a_worker_that_cannot_reach_the_head_fails_after_the_timeout(start):
+    unused, worker_line = replica_lines("vllm", free_port())
+    worker = start("vllm", line=worker_line, env={"KIMI_DOUBLE_RENDEZVOUS_TIMEOUT": "1"}, wait_ready=False)
+    worker.thread.join(10)
+    assert worker.code == 1 and "The client socket has timed out after 1000ms" in worker.err.getvalue()

@@ -8,7 +8,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from . import flags, hfcache, png
+from . import flags, hfcache, png, rendezvous
 
 READY_LINE = {"sglang": "The server is fired up and ready to roll!", "vllm": "Application startup complete."}
 DEFAULT_PORT = {"sglang": 30000, "vllm": 8000}
@@ -49,6 +49,7 @@ class EngineDouble:
         self.loaded = None
         self.lock = threading.Lock()
         self.counters = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "running": 0}
+        self.rendezvous = None  # a replica over several hosts (--nnodes > 1)
         self.created = int(time.time())
 
     # ---- logging, in each engine's style -------------------------------------------------------------
@@ -109,6 +110,8 @@ class EngineDouble:
         try:
             return self._run(stop)
         finally:
+            if self.rendezvous:
+                self.rendezvous.close()
             if self.httpd:
                 self.httpd.shutdown()
                 self.httpd.server_close()
@@ -125,6 +128,17 @@ class EngineDouble:
         problems = self.startup_problems()
         if problems:
             return self.fail("\n".join(problems))
+        try:
+            conf = rendezvous.settings(self.engine, self.args, self.env)
+        except ValueError as e:
+            return self.fail("ValueError: %s" % e)
+        if conf:  # distributed init comes before the weights, as in the real engines
+            self.rendezvous = rendezvous.Rendezvous(conf, self.log)
+            problem = self.rendezvous.join(stop)
+            if problem == "stopped":
+                return self._stopped()
+            if problem:
+                return self.fail(problem)
         t0 = time.time()
         self.log("Loading weights from %s" % self.model, "default_loader.py" if self.engine == "vllm" else "")
         try:
@@ -147,6 +161,8 @@ class EngineDouble:
         if moe == "MARLIN":  # marlin_utils_fp4.prepare_nvfp4_moe_layer_for_marlin, after the weights are loaded
             self.log(MARLIN_FP4_WARNING, "marlin_utils_fp4.py:196", level="WARNING", proc=self.worker())
         delay = float(self.env.get("KIMI_DOUBLE_START_DELAY") or 0)
+        if conf and conf["rank"] > 0:  # vLLM --headless, SGLang's other ranks: no HTTP server, only the replica's work
+            return self._member_loop(stop)
         if self.engine == "sglang":  # SGLang listens early and answers /health with 503 until warmed up
             if not self._bind():
                 return 1
@@ -174,6 +190,20 @@ class EngineDouble:
                 self.state = "dead"
                 return self.fail("RuntimeError: engine double: simulated crash (KIMI_DOUBLE_CRASH=%s): "
                                  "EngineCore encountered a fatal error." % crash)
+            if self.rendezvous and self.rendezvous.lost.is_set():  # a member went away: the head's engine dies
+                self.state = "dead"
+                return self.fail(self.rendezvous.lost_message)
+        return self._stopped()
+
+    def _member_loop(self, stop):
+        """A rank other than 0 serves no HTTP; it fails when the head goes away, as its NCCL communicator would."""
+        self.state = "ready"
+        self.log("Rank %d of %d running headless: the head serves the API [engine double]" % (
+            self.rendezvous.conf["rank"], self.rendezvous.conf["me"]["nnodes"]))
+        while not stop.wait(0.2):
+            if self.rendezvous.lost.is_set():
+                self.state = "dead"
+                return self.fail(self.rendezvous.lost_message)
         return self._stopped()
 
     def _stopped(self):
