@@ -552,7 +552,7 @@ def test_a_replica_starts_when_every_rank_joins_and_only_the_head_serves(start, 
     worker = start(engine, line=worker_line, wait_ready=False)
     assert head.double.ready.wait(10), head.err.getvalue()
     assert head.get("/v1/models")[0] == 200
-    for _ in range(100):  # the worker loads its weights on its own after the rendezvous
+    for _attempt in range(100):  # the worker loads its weights on its own after the rendezvous
         if worker.double.state == "ready":
             break
         time.sleep(0.1)
