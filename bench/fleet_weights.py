@@ -43,16 +43,11 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "doubles", "peer"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import fake_hub  # noqa: E402  pylint: disable=import-error,wrong-import-position
 from peer_server import PeerServer  # noqa: E402  pylint: disable=import-error,wrong-import-position
-from hf_download import human, parse_size  # noqa: E402  pylint: disable=import-error,wrong-import-position
+from hf_download import human, log, parse_size  # noqa: E402  pylint: disable=import-error,wrong-import-position
 
 REPO_ID = "moonshotai/Kimi-K2.6"
 MiB = 1 << 20
 PEER_KEY = "bench-peer-key-0123456789abcdefghijklmn"
-
-
-def log(msg):
-    sys.stderr.write("[bench %s] %s\n" % (time.strftime("%H:%M:%S"), msg))
-    sys.stderr.flush()
 
 
 class Host(object):

@@ -23,6 +23,8 @@ description:
     (compared by sha256 digest).
   - The legacy C(caddy_proxy_api_keys) list becomes the client C(default); setting both is refused.
   - Error messages name the client and the key's position, never a key.
+  - C(caddy_key) checks one key by the same rule (the fleet's peer key, which the peer cache's Caddyfile holds) and
+    returns it; its error names the variable given, never the key.
 options:
   _input:
     description: C(caddy_proxy_clients), a list of C({name, keys}).
@@ -62,6 +64,7 @@ _value:
   description:
     - "C(caddy_clients): C({clients: [{name, keys}], metrics_keys: [...], legacy: bool})."
     - C(caddy_key_map) returns the text of the imported Caddyfile snippet.
+    - C(caddy_key) returns the key it checked.
   type: raw
 """
 
@@ -99,6 +102,14 @@ def _keys(value, where):
         if not isinstance(key, str) or KEY_RE.fullmatch(key) is None:
             raise _err("%s[%d] is not a usable key: it needs %s. Keep keys in a vault." % (where, index, KEY_RULE))
     return list(value)
+
+
+def caddy_key(key, variable):
+    """One key by the key rule (KEY_RE), for a key that is not a client's: the peer cache's. Returns it."""
+    if not isinstance(key, str) or KEY_RE.fullmatch(key) is None:
+        raise _err("%s is not a usable key: it needs %s. Keep it in a vault, or leave it unset where a default is "
+                   "generated." % (variable, KEY_RULE))
+    return key
 
 
 def caddy_clients(clients, legacy_keys=None, metrics_keys=None, published_digests=None):
@@ -179,4 +190,4 @@ def caddy_key_map(checked):
 
 class FilterModule(object):
     def filters(self):
-        return {"caddy_clients": caddy_clients, "caddy_key_map": caddy_key_map}
+        return {"caddy_clients": caddy_clients, "caddy_key_map": caddy_key_map, "caddy_key": caddy_key}

@@ -9,7 +9,7 @@
   <peer URL>/<repo folder>/blobs/<etag>. Hashes come from the hub's listing only, so a peer cannot pass a wrong byte:
   the blob fails its hash and is fetched again without the sources that sent it (Source, Downloader.acquire);
 - peers are preferred, each with its own connection cap; a blob no live peer holds yet waits for one (the peers fetch
-  at the same time, so receivers trail them); the hub serves bytes only where no peer can (hub_bytes);
+  at the same time, so receivers trail them); the hub serves bytes only where no peer can (hub_source);
   a peer that refuses, cuts a transfer or is unreachable is dropped for the run, and its ranges go elsewhere from the
   byte reached;
 - hash each blob while it arrives (the contiguous prefix, read back from the page cache) and start its write-back as
@@ -292,10 +292,13 @@ class NoSource(CacheError):
 
 class Downloader(object):
     """Fetches the missing byte ranges of a set of blobs with `connections` curl processes in parallel, from the peers
-    (each at most its cap at once) and from the hub where no peer can serve a blob (hub_bytes)."""
+    (each at most its cap at once) and from the hub where no peer can serve a blob.
+
+    peers and hub_source are Source objects the caller keeps across rounds (a dropped peer stays dropped, the byte
+    counts add up); hub_source None: the hub sends no bytes."""
 
     def __init__(self, hub, layout, connections=16, chunk_size=64 << 20, retries=10, on_blob_done=None,
-                 sleep=time.sleep, log=None, peers=(), hub_bytes=True, exclude=None, suspect=None,
+                 sleep=time.sleep, log=None, peers=(), hub_source=None, exclude=None, suspect=None,
                  hash_on_receive=True, peer_wait=600):
         self.hub = hub
         self.curl = hub.curl
@@ -317,7 +320,7 @@ class Downloader(object):
         self.reresolved = 0
         self.resumed_bytes = 0
         self.peers = list(peers)
-        self.hub_source = Source("hub", self.connections, is_hub=True) if hub_bytes else None
+        self.hub_source = hub_source
         # etag -> peers that alone sent a copy of this blob that failed its hash: not asked for it again.
         self.exclude = exclude or {}
         # etag -> peers that together sent a copy that failed: one source sends it whole this round (usable()).
@@ -365,9 +368,6 @@ class Downloader(object):
 
     def counters(self):
         return {"range_requests": self.requests, "retries": self.retried, "reresolved": self.reresolved}
-
-    def sources(self):
-        return self.peers + ([self.hub_source] if self.hub_source else [])
 
     def run(self, blobs):
         self.plan(blobs)

@@ -82,17 +82,26 @@ def evict(path):
         os.close(fd)
 
 
-def read_in(path, budget):
-    """Read the file from the start, at most `budget` bytes, so its pages are cached; returns the bytes read."""
+def read_in(path, limit):
+    """Read the file from the start, at most `limit` bytes, so its pages are cached; returns the bytes read."""
     buf = bytearray(READ_BLOCK)
     done = 0
     with open(path, "rb", buffering=0) as handle:
-        while done < budget:
-            count = handle.readinto(memoryview(buf)[:min(READ_BLOCK, budget - done)])
+        while done < limit:
+            count = handle.readinto(memoryview(buf)[:min(READ_BLOCK, limit - done)])
             if not count:
                 break
             done += count
     return done
+
+
+def budget(info, reserve_bytes, max_bytes=None):
+    """(bytes that may be read into the page cache, what limits them: "memory" or "max_bytes"): MemAvailable less the
+    reserve, or max_bytes when smaller; never below 0."""
+    allowed, reason = info.get("MemAvailable", 0) - reserve_bytes, "memory"
+    if max_bytes is not None and max_bytes < allowed:
+        allowed, reason = max_bytes, "max_bytes"
+    return max(0, allowed), reason
 
 
 def warm(paths, max_bytes=None, reserve_bytes=0, info=meminfo):
@@ -100,12 +109,8 @@ def warm(paths, max_bytes=None, reserve_bytes=0, info=meminfo):
     are read. Files already resident are not read. Returns a report (bytes, seconds, what limited it)."""
     started = time.time()
     before = info()
-    budget = before.get("MemAvailable", 0) - reserve_bytes
+    allowed, reason = budget(before, reserve_bytes, max_bytes)  # reason: what a cut is blamed on
     limited_by = None
-    reason = "memory"  # what a cut is blamed on
-    if max_bytes is not None and max_bytes < budget:
-        budget, reason = max_bytes, "max_bytes"
-    budget = max(0, budget)
     total = resident_before = warmed = 0
     files = []
     for path in paths:
@@ -116,7 +121,7 @@ def warm(paths, max_bytes=None, reserve_bytes=0, info=meminfo):
         if resident is not None and resident >= size - PAGE:
             files.append({"path": path, "size": size, "read": 0})
             continue
-        want = min(size, budget - warmed)
+        want = min(size, allowed - warmed)
         if want <= 0:
             limited_by = reason
             files.append({"path": path, "size": size, "read": 0})
@@ -130,7 +135,7 @@ def warm(paths, max_bytes=None, reserve_bytes=0, info=meminfo):
     after = info()
     return {"files": len(files), "bytes_total": total, "bytes_resident_before": resident_before,
             "bytes_resident_after": resident_after, "bytes_read": warmed, "limited_by": limited_by,
-            "budget_bytes": budget, "mem_available_before": before.get("MemAvailable"),
+            "budget_bytes": allowed, "mem_available_before": before.get("MemAvailable"),
             "mem_available_after": after.get("MemAvailable"), "mem_total": before.get("MemTotal"),
             "duration_s": round(time.time() - started, 3)}
 

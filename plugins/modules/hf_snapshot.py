@@ -368,8 +368,12 @@ class Snapshot(object):
         self.progress = Progress(p["progress_file"], p["repo_id"], self.commit)
         self.checker = BlobChecker(p["verify"])
         self.paths_per_etag = {}
-        self.peers = []  # Source per peer, kept across rounds (a dropped peer stays dropped)
-        self.hub_source = None
+        # The byte sources, kept across rounds (a dropped peer stays dropped): each peer, and the hub unless hub_bytes
+        # is off.
+        headers = ["Authorization: Bearer " + p["peer_key"]] if p["peer_key"] else []
+        self.peers = [Source(peer["name"], p["peer_connections"], url=peer["url"], headers=headers,
+                             ca_bundle=p["peer_ca_bundle"] or p["ca_bundle"]) for peer in p["peers"]]
+        self.hub_source = Source("hub", p["connections"], is_hub=True) if p["hub_bytes"] else None
         self.exclude = {}  # etag -> the peer that alone sent a copy that failed its hash
         self.suspect = {}  # etag -> the peers that together sent a copy that failed
         self.changed = False
@@ -500,12 +504,9 @@ class Snapshot(object):
         Returns ([(entry, stat key or the reason it failed)], bytes resumed from partial files)."""
         self.progress.set(state="downloading")
         downloader = Downloader(hub, self.layout, connections=self.p["connections"], chunk_size=self.p["chunk_size"],
-                                retries=self.p["retries"], peers=self.peer_sources(), hub_bytes=self.p["hub_bytes"],
+                                retries=self.p["retries"], peers=self.peers, hub_source=self.hub_source,
                                 exclude=self.exclude, suspect=self.suspect, hash_on_receive=self.checker.mode != "size",
                                 peer_wait=self.p["peer_wait"])
-        if downloader.hub_source is not None and self.hub_source is not None:
-            downloader.hub_source = self.hub_source
-        self.hub_source = downloader.hub_source
         self.progress.downloader = downloader
         try:
             futures = downloader.fetch(missing, self.land, pool)
@@ -531,15 +532,6 @@ class Snapshot(object):
         if isinstance(key, list):
             self.progress.add("files_done", self.paths_per_etag.get(etag, 1))
         return blob.entry, key, set(blob.sources)
-
-    def peer_sources(self):
-        """The peers as byte sources, made once per run (a peer dropped in one round is not asked in the next)."""
-        if not self.peers and self.p["peers"]:
-            key = self.p["peer_key"]
-            headers = ["Authorization: Bearer " + key] if key else []
-            self.peers = [Source(peer["name"], self.p["peer_connections"], url=peer["url"], headers=headers,
-                                 ca_bundle=self.p["peer_ca_bundle"] or self.p["ca_bundle"]) for peer in self.p["peers"]]
-        return self.peers
 
     def source_reports(self):
         sources = list(self.peers) + ([self.hub_source] if self.hub_source else [])

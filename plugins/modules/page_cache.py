@@ -114,7 +114,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kimi.deploy.plugins.module_utils._page_cache import (
-    evict, meminfo, resident_bytes, snapshot_files, warm,
+    budget, evict, meminfo, resident_bytes, snapshot_files, warm,
 )
 
 
@@ -144,12 +144,9 @@ def main():
             for path in paths:
                 evict(path)
         info = meminfo()
-        budget = info.get("MemAvailable", 0) - p["reserve_bytes"]
-        if p["max_bytes"] is not None:
-            budget = min(budget, p["max_bytes"])
         module.exit_json(changed=False, files=len(paths), bytes_total=sum(os.path.getsize(x) for x in paths),
                          bytes_resident_before=before, bytes_resident_after=sum(resident_bytes(x) or 0 for x in paths),
-                         bytes_read=0, limited_by=None, budget_bytes=max(0, budget),
+                         bytes_read=0, limited_by=None, budget_bytes=budget(info, p["reserve_bytes"], p["max_bytes"])[0],
                          mem_available_before=info.get("MemAvailable"), mem_total=info.get("MemTotal"), duration_s=0.0)
     report = warm(paths, max_bytes=p["max_bytes"], reserve_bytes=p["reserve_bytes"])
     module.exit_json(changed=False, **report)

@@ -101,3 +101,14 @@ def test_the_key_map_maps_exact_bearer_headers_to_names_and_defaults_to_empty():
 def test_the_key_map_takes_only_checked_input():
     with pytest.raises(AnsibleFilterError):
         caddy_key_map([{"name": "alice", "keys": [A]}])
+
+
+def test_caddy_key_checks_one_key_by_the_same_rule_and_never_shows_it():
+    from ansible_collections.kimi.deploy.plugins.filter.caddy_clients import caddy_key
+    good = "A" * 32
+    assert caddy_key(good, "kimi_weights_peer_key") == good
+    for bad in ("", "short", "x" * 31, "a" * 31 + " ", "{http.request}" * 3, None):
+        with pytest.raises(AnsibleFilterError) as err:
+            caddy_key(bad, "kimi_weights_peer_key")
+        assert "kimi_weights_peer_key is not a usable key: it needs at least 32 characters" in str(err.value)
+        assert not bad or bad not in str(err.value)
