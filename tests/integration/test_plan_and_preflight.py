@@ -203,16 +203,55 @@ def test_plan_for_one_8_x_h100_says_it_fits_as_a_2_host_replica_and_prints_the_t
     assert "--nnodes 2 --node-rank 1 --master-addr head.replica.example --master-port 29500 --headless'" in out
 
 
-def test_site_refuses_a_multi_host_replica_before_any_change(tmp_path):
+def replica_inventory(tmp_path, hosts):
+    """Local 'hosts' (each a name and its host vars) in kimi_servers, in this order."""
     inventory = tmp_path / "hosts.yml"
-    inventory.write_text("all:\n  children:\n    kimi_servers:\n      hosts:\n"
-                         "        gpu1: {ansible_connection: local, kimi_replica: r1}\n"
-                         "        gpu2: {ansible_connection: local, kimi_replica: r1}\n"
-                         "      vars: {ansible_python_interpreter: \"{{ ansible_playbook_python }}\"}\n")
+    inventory.write_text("all:\n  children:\n    kimi_servers:\n      hosts:\n" + "".join(
+        "        %s: {ansible_connection: local%s}\n" % (name, "".join(", %s: %s" % kv for kv in hostvars.items()))
+        for name, hostvars in hosts) + "      vars: {ansible_python_interpreter: \"{{ ansible_playbook_python }}\"}\n")
+    return inventory
+
+
+def site_on_h100s(inventory, *extra):
     h100 = "@" + os.path.join(ROOT, "tests", "fixtures", "gpus", "h100-x8.json")
-    rc, out = playbook("-i", str(inventory), "site.yml", "-e", h100, "-e", "quant=int4", "-e", "engine=vllm",
-                       "-e", "kimi_int4_revision=" + SHA)
-    assert rc != 0
-    assert "kimi_replica=r1 groups 2 hosts into one replica" in out and "HOSTS=2" in out, out[-3000:]
+    return playbook("-i", str(inventory), "site.yml", "-e", h100, "-e", "quant=int4", "-e", "engine=vllm",
+                    "-e", "kimi_int4_revision=" + SHA, *extra)
+
+
+def assert_nothing_changed(out, *hosts):
     recap = out.rsplit("PLAY RECAP", maxsplit=1)[-1]
-    assert "gpu1 : ok=" in recap and "gpu2 : ok=" in recap and not re.search(r"changed=[1-9]", recap)
+    assert all("%s : ok=" % host in recap for host in hosts) and not re.search(r"changed=[1-9]", recap), recap
+    assert "Turn the host into a GPU container host" not in out
+
+
+def test_site_refuses_a_wrong_head_address_naming_each_host_and_the_port(tmp_path):
+    """Every host of the replica must reach the head's rendezvous port at kimi_replica_head_address (here TEST-NET-1,
+    where nothing answers) in preflight, before any change."""
+    inventory = replica_inventory(tmp_path, [("gpu1", {"kimi_replica": "r1"}), ("gpu2", {"kimi_replica": "r1"})])
+    rc, out = site_on_h100s(inventory, "-e", "kimi_replica_head_address=192.0.2.1", "-e", "kimi_replica_port=29517",
+                            "-e", "kimi_serve_replica_probe_timeout=2")
+    assert rc != 0
+    flat = re.sub(r"\s+", " ", out)
+    for host in ("gpu1", "gpu2"):
+        assert "%s cannot use 192.0.2.1:29517 as the rendezvous of replica r1" % host in flat, out[-3000:]
+    assert "Nothing was changed" in flat
+    assert_nothing_changed(out, "gpu1", "gpu2")
+
+
+def test_site_refuses_a_replica_whose_hosts_are_listed_apart(tmp_path):
+    inventory = replica_inventory(tmp_path, [("gpu1", {"kimi_replica": "r1"}), ("solo", {"kimi_allow_unfit": "true"}),
+                                             ("gpu2", {"kimi_replica": "r1"})])
+    rc, out = site_on_h100s(inventory, "-e", "kimi_replica_head_address=127.0.0.1")
+    assert rc != 0
+    assert "the hosts of one replica (gpu1, gpu2) must be listed one after the other in kimi_servers, but solo come" \
+        in re.sub(r"\s+", " ", out), out[-3000:]
+    assert_nothing_changed(out, "gpu1", "gpu2", "solo")
+
+
+def test_site_refuses_a_replica_whose_hosts_resolve_different_deployments(tmp_path):
+    inventory = replica_inventory(tmp_path, [("gpu1", {"kimi_replica": "r1"}),
+                                             ("gpu2", {"kimi_replica": "r1", "kimi_kv_cache_dtype": "auto"})])
+    rc, out = site_on_h100s(inventory, "-e", "kimi_replica_head_address=127.0.0.1")
+    assert rc != 0
+    assert "Replica r1: gpu2 resolved another deployment than its head gpu1" in re.sub(r"\s+", " ", out), out[-3000:]
+    assert_nothing_changed(out, "gpu1", "gpu2")

@@ -561,6 +561,18 @@ def test_a_replica_starts_when_every_rank_joins_and_only_the_head_serves(start, 
     assert "running headless" in worker.out.getvalue()
 
 
+def test_the_head_keeps_its_rendezvous_port_open_like_a_store_and_a_probe_does_no_harm(start):
+    port = free_port()
+    head_line, worker_line = replica_lines("sglang", port)
+    head = start("sglang", line=head_line, wait_ready=False)
+    start("sglang", line=worker_line, wait_ready=False)
+    assert head.double.ready.wait(10), head.err.getvalue()
+    for _probe in range(5):  # more than the listen backlog: each one is accepted and closed
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    time.sleep(0.3)
+    assert head.get("/health")[0] == 200 and not head.double.rendezvous.lost.is_set()
+
+
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_when_a_member_goes_away_the_head_fails_and_a_restart_recovers(start, engine):
     port = free_port()

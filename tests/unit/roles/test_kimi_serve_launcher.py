@@ -105,3 +105,18 @@ def test_busy_gpus_are_waited_for_then_refused_without_kill_orphans(tmp_path):
     assert "the GPUs are still busy after 2s (WAIT_GPU_FREE): 4242" in proc.stderr
     assert "kimi_serve_kill_orphans=true" in proc.stderr
     assert not (tmp_path / "docker-run.argv").exists()
+
+
+def test_infiniband_without_its_devices_is_refused_naming_the_fix(tmp_path):
+    if os.path.isdir("/dev/infiniband"):
+        pytest.skip("this machine has /dev/infiniband")
+    deployment = dm.resolve({"quant": "int4", "engine": "sglang"}, [], require_revision=False)
+    launcher, env = prepare(tmp_path, deployment)
+    env["INFINIBAND"] = "1"
+    proc = run(launcher, env)
+    assert proc.returncode == 1 and "/dev/infiniband is missing" in proc.stderr
+    assert "kimi_serve_replica_ib_hcas=[none]" in proc.stderr
+    assert not (tmp_path / "docker-run.argv").exists()
+    env["INFINIBAND"] = "0"  # sockets only: no RDMA device asked for
+    assert run(launcher, env).returncode == 0
+    assert "/dev/infiniband" not in (tmp_path / "docker-run.argv").read_text()

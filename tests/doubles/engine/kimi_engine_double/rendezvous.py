@@ -107,7 +107,21 @@ class Rendezvous:
         self.log("Rendezvous: all %d ranks joined" % nnodes)
         for rank, conn in sorted(joined.items()):
             self._watch(conn, "rank %d" % rank)
+        threading.Thread(target=self._serve_store, daemon=True).start()
         return None
+
+    def _serve_store(self):
+        """Like torch's TCPStore, the head keeps accepting clients for its whole life (a connection that sends no
+        store request, e.g. a reachability probe, is simply closed), so the port stays reachable while it serves."""
+        listener = self.listener
+        while not self.lost.is_set():
+            try:
+                conn, _addr = listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            conn.close()
 
     def _member(self, stop):
         conf = self.conf

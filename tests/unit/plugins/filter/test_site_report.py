@@ -133,3 +133,21 @@ def test_the_weights_line_says_how_much_each_peer_and_the_hub_sent(deployment):
     alone = dict(weights, sources=[{"name": "hub", "bytes": 595e9}])
     assert "weights: 64 files, 595.0 GB in /hf/snap (595.00 GB fetched, verified: True)" in site_summary_filter(
         deployment, "gpu1", weights=alone, marks=MARKS, run_tags=["all"])
+
+
+def test_a_replica_host_that_is_not_the_head_says_its_rank_and_where_the_api_is():
+    with open(GPUS.replace("rtx-pro-6000-x8", "h100-x8")) as f:
+        gpus = json.load(f)["kimi_gpus"]
+    inputs = {"quant": "int4", "engine": "vllm", "revisions": {"int4": REV}, "nodes": 2, "head_address": "10.0.0.11"}
+    serve = {"checks": CHECKS, "restarted": True, "replica": ["gpu-a1", "gpu-a2"]}
+    worker = site_summary_filter(resolve(dict(inputs, node_rank=1), gpus), "gpu-a2", serve=serve, marks=MARKS)
+    assert worker[0] == ("gpu-a2: rank 1 of 2 of a replica running int4-vllm (headless); its head gpu-a1 serves it as "
+                         "kimi-k2.6")
+    assert ("replica: gpu-a1, gpu-a2 (rank 1 of 2) meeting at 10.0.0.11:29500, tensor parallel 8 x pipeline "
+            "parallel 2") in worker
+    assert "verify: on the head (health ok 4 ms, text ok 12 ms); restarted with the replica" in worker
+    assert not any(line.startswith(("engine:", "verify on the engine")) for line in worker)
+    head = site_summary_filter(resolve(dict(inputs, node_rank=0), gpus), "gpu-a1", serve=serve,
+                               proxy={"endpoint": "https://gpu-a1:443/v1", "checks": CHECKS}, marks=MARKS)
+    assert head[0] == "gpu-a1: serving int4-vllm as kimi-k2.6 at https://gpu-a1:443/v1"
+    assert any(line.startswith("engine: http://127.0.0.1:30000") for line in head)

@@ -1,0 +1,96 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: replica_batches
+short_description: The batches of a rolling switch, a replica at a time (never part of a replica)
+version_added: 0.2.0
+author: kimi.deploy contributors
+description:
+  - site.yml switches a fleet C(kimi_fleet_serial) at a time. A replica over several hosts is one engine, so it is one
+    unit of that count - its hosts are switched together, in one batch.
+  - Takes the play's hosts in order, each with the members of its replica (the fact C(kimi_replica_members) set by
+    the deployment's resolution; a host alone is a replica of one), and returns the batches as lists of hosts.
+  - Fails, saying what to change, when a replica's hosts are not listed one after the other (a batch would split it)
+    or when one of them is not in the run (C(--limit)).
+options:
+  _input:
+    description: The play's hosts, in order (C(ansible_play_hosts_all)).
+    type: list
+    elements: str
+    required: true
+  hostvars:
+    description: C(hostvars); each host's C(kimi_replica_members) is read, when it has one.
+    type: dict
+    required: true
+  serial:
+    description: Replicas per batch - a count, or a percentage of the replicas (rounded down, at least 1).
+    type: raw
+    default: 100%
+"""
+
+EXAMPLES = r"""
+- name: Note the batch of each host
+  ansible.builtin.group_by:
+    key: "kimi_site_batch_{{ '%04d' | format(_index) }}"
+  vars:
+    _batches: "{{ ansible_play_hosts_all | kimi.deploy.replica_batches(hostvars, kimi_fleet_serial | default('100%')) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The batches, each a list of hosts, in the play's order.
+  type: list
+  elements: list
+"""
+
+from ansible.errors import AnsibleFilterError
+
+
+def replicas_in_order(hosts, hostvars):
+    """The replicas (lists of hosts) in the order of `hosts`; fails when one is split or partly out of the run."""
+    replicas, seen_at = [], {}
+    for host in hosts:
+        members = list((hostvars.get(host) or {}).get("kimi_replica_members") or [host])
+        key = tuple(members)
+        if key in seen_at and seen_at[key] != len(replicas) - 1:
+            between = [h for replica in replicas[seen_at[key] + 1:] for h in replica]
+            raise AnsibleFilterError(
+                "the hosts of one replica (%s) must be listed one after the other in kimi_servers, but %s come between "
+                "them: move them together in the inventory, so that a rolling switch takes the replica at once"
+                % (", ".join(members), ", ".join(between)))
+        if key not in seen_at:
+            missing = [member for member in members if member not in hosts]
+            if missing:
+                raise AnsibleFilterError(
+                    "%s belong(s) to the replica of %s but not to this run (--limit?): a replica is one engine over its "
+                    "hosts and is deployed whole; add them to --limit" % (", ".join(missing), host))
+            seen_at[key] = len(replicas)
+            replicas.append(members)
+    return replicas
+
+
+def replica_count(serial, total):
+    """Replicas per batch: `serial` as Ansible reads a play's serial (a count, or a percentage rounded down, >= 1)."""
+    text = str(serial).strip()
+    try:
+        count = int(float(text[:-1]) * total / 100) if text.endswith("%") else int(text)
+    except ValueError:
+        raise AnsibleFilterError("kimi_fleet_serial must be a count (1, 2, ...) or a percentage (25%%), got %r" % serial)
+    return max(1, count)
+
+
+def replica_batches(hosts, hostvars, serial="100%"):
+    replicas = replicas_in_order(list(hosts), hostvars)
+    size = replica_count(serial, len(replicas))
+    return [[host for replica in replicas[at:at + size] for host in replica] for at in range(0, len(replicas), size)]
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"replica_batches": replica_batches}

@@ -1,0 +1,44 @@
+"""kimi.deploy.replica_batches: a rolling switch counts replicas, and never splits one."""
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.kimi.deploy.plugins.filter.replica_batches import FilterModule
+
+replica_batches = FilterModule().filters()["replica_batches"]
+
+# a1+a2 form replica a, b1+b2+b3 replica b; solo-1 and solo-2 serve alone (no kimi_replica_members: as today)
+HOSTVARS = {"a1": {"kimi_replica_members": ["a1", "a2"]}, "a2": {"kimi_replica_members": ["a1", "a2"]},
+            "solo-1": {}, "b1": {"kimi_replica_members": ["b1", "b2", "b3"]},
+            "b2": {"kimi_replica_members": ["b1", "b2", "b3"]}, "b3": {"kimi_replica_members": ["b1", "b2", "b3"]},
+            "solo-2": {"kimi_replica_members": ["solo-2"]}}
+HOSTS = ["a1", "a2", "solo-1", "b1", "b2", "b3", "solo-2"]
+
+
+@pytest.mark.parametrize("serial, batches", [
+    (1, [["a1", "a2"], ["solo-1"], ["b1", "b2", "b3"], ["solo-2"]]),
+    ("2", [["a1", "a2", "solo-1"], ["b1", "b2", "b3", "solo-2"]]),
+    ("50%", [["a1", "a2", "solo-1"], ["b1", "b2", "b3", "solo-2"]]),
+    ("10%", [["a1", "a2"], ["solo-1"], ["b1", "b2", "b3"], ["solo-2"]]),  # rounded down, at least one replica
+    ("100%", [HOSTS]),
+])
+def test_batches_count_replicas_not_hosts(serial, batches):
+    assert replica_batches(HOSTS, HOSTVARS, serial) == batches
+
+
+def test_hosts_alone_batch_as_ansible_serial_does():
+    assert replica_batches(["h1", "h2", "h3"], {}, 2) == [["h1", "h2"], ["h3"]]
+
+
+def test_a_replica_listed_apart_is_refused_naming_what_comes_between():
+    with pytest.raises(AnsibleFilterError, match=r"one replica \(a1, a2\) must be listed one after the other.*solo-1"):
+        replica_batches(["a1", "solo-1", "a2"], HOSTVARS, 1)
+
+
+def test_a_replica_cut_by_limit_is_refused():
+    with pytest.raises(AnsibleFilterError, match=r"^a2 belong\(s\) to the replica of a1 but not to this run \(--limit\?\)"):
+        replica_batches(["a1", "solo-1"], HOSTVARS, 1)
+
+
+def test_a_bad_serial_names_the_variable():
+    with pytest.raises(AnsibleFilterError, match="kimi_fleet_serial must be a count"):
+        replica_batches(HOSTS, HOSTVARS, "two")
