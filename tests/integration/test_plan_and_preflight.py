@@ -215,7 +215,7 @@ def replica_inventory(tmp_path, hosts):
 def site_on_h100s(inventory, *extra):
     h100 = "@" + os.path.join(ROOT, "tests", "fixtures", "gpus", "h100-x8.json")
     return playbook("-i", str(inventory), "site.yml", "-e", h100, "-e", "quant=int4", "-e", "engine=vllm",
-                    "-e", "kimi_int4_revision=" + SHA, *extra)
+                    "-e", "kimi_int4_revision=" + SHA, "-e", STRONG_KEY, *extra)
 
 
 def assert_nothing_changed(out, *hosts):
