@@ -49,6 +49,8 @@ _value:
   elements: list
 """
 
+import re
+
 from ansible.errors import AnsibleFilterError
 
 
@@ -76,12 +78,13 @@ def replicas_in_order(hosts, hostvars):
 
 
 def replica_count(serial, total):
-    """Replicas per batch: `serial` as Ansible reads a play's serial (a count, or a percentage rounded down, >= 1)."""
+    """Replicas per batch: `serial` as Ansible reads a play's serial (a count, or a percentage rounded down, >= 1).
+    The one check of kimi_fleet_serial (site.yml's preflight calls this filter before any change)."""
     text = str(serial).strip()
-    try:
-        count = int(float(text[:-1]) * total / 100) if text.endswith("%") else int(text)
-    except ValueError:
-        raise AnsibleFilterError("kimi_fleet_serial must be a count (1, 2, ...) or a percentage (25%%), got %r" % serial)
+    if isinstance(serial, bool) or not re.match(r"^[1-9][0-9]*%?\Z", text):
+        raise AnsibleFilterError("kimi_fleet_serial must be a count of replicas (a host alone is one; 1, 2, ...) or a "
+                                 "percentage of them (25%%), got %r" % (serial,))
+    count = int(text[:-1]) * total // 100 if text.endswith("%") else int(text)
     return max(1, count)
 
 

@@ -255,3 +255,13 @@ def test_site_refuses_a_replica_whose_hosts_resolve_different_deployments(tmp_pa
     assert rc != 0
     assert "Replica r1: gpu2 resolved another deployment than its head gpu1" in re.sub(r"\s+", " ", out), out[-3000:]
     assert_nothing_changed(out, "gpu1", "gpu2")
+
+
+def test_site_refuses_a_bad_fleet_serial_naming_the_variable(tmp_path):
+    inventory = replica_inventory(tmp_path, [("gpu1", {}), ("gpu2", {})])
+    rc, out = playbook("-i", str(inventory), "site.yml", "-e", RTX, "-e", "kimi_int4_revision=" + SHA,
+                       "-e", STRONG_KEY, "-e", "kimi_fleet_serial=0")
+    assert rc != 0
+    assert "kimi_fleet_serial must be a count of replicas (a host alone is one; 1, 2, ...) or a percentage of them " \
+        "(25%), got '0'" in re.sub(r"\s+", " ", out), out[-3000:]
+    assert_nothing_changed(out, "gpu1", "gpu2")

@@ -39,6 +39,7 @@ def test_a_replica_cut_by_limit_is_refused():
         replica_batches(["a1", "solo-1"], HOSTVARS, 1)
 
 
-def test_a_bad_serial_names_the_variable():
-    with pytest.raises(AnsibleFilterError, match="kimi_fleet_serial must be a count"):
-        replica_batches(HOSTS, HOSTVARS, "two")
+@pytest.mark.parametrize("serial", ["two", 0, "0", "0%", "1.5", "-1", True, "25 %"])
+def test_a_bad_serial_names_the_variable(serial):
+    with pytest.raises(AnsibleFilterError, match="kimi_fleet_serial must be a count of replicas"):
+        replica_batches(HOSTS, HOSTVARS, serial)
