@@ -665,9 +665,9 @@ def resolve(inputs, gpus=None, require_revision=True):
         reasons.append(layout_why)
     if tp & (tp - 1):
         _fail("tp", tp, [1, 2, 4, 8, 16, 32, 64], "MLA's 64 attention heads split over a power of two")
-    if summary and nodes == 1 and pp == 1 and tp > summary["count"]:
-        _fail("tp", tp, ["1..%d (GPUs found)" % summary["count"]], "more ranks than GPUs")
     if summary and tp * pp > summary["count"] * nodes:
+        if nodes == 1 and pp == 1:
+            _fail("tp", tp, ["1..%d (GPUs found)" % summary["count"]], "more ranks than GPUs")
         _fail("tp", tp, ["tp x pp up to %d (GPUs in the replica: %d host(s) x %d)" % (
             summary["count"] * nodes, nodes, summary["count"])], "more ranks than GPUs (pp %d)" % pp)
     if summary and nodes > 1 and tp * pp != summary["count"] * nodes:

@@ -108,10 +108,10 @@ def site_summary(d, host, gpus=None, serve=None, proxy=None, weights=None, marks
     endpoint = proxy.get("endpoint")
     if check_mode:
         head = "%s: PLAN (check mode, nothing was changed): %s as %s" % (host, d["identity"], d["served_model_name"])
-    elif serve and not d.get("serves_api", True):  # a host of a replica over several hosts, not its head
+    elif serve and not d["serves_api"]:  # a host of a replica over several hosts, not its head
         replica = list(serve.get("replica") or [])
         head = "%s: rank %s of %s of a replica running %s (headless); its head %s serves it as %s" % (
-            host, d.get("node_rank"), d.get("nodes"), d["identity"], replica[0] if replica else "?",
+            host, d["node_rank"], d["nodes"], d["identity"], replica[0] if replica else "?",
             d["served_model_name"])
     elif endpoint:
         head = "%s: serving %s as %s at %s" % (host, d["identity"], d["served_model_name"], endpoint)
@@ -140,18 +140,18 @@ def site_summary(d, host, gpus=None, serve=None, proxy=None, weights=None, marks
     if endpoint:
         lines.append("endpoint: %s (model %s, client keys from caddy_proxy_clients%s)" % (
             endpoint, d["served_model_name"], ", CA " + proxy["ca"] if proxy.get("ca") else ""))
-    if d.get("nodes", 1) > 1:
+    if d["nodes"] > 1:
         lines.append("replica: %s (rank %s of %s) meeting at %s:%s, tensor parallel %s x pipeline parallel %s" % (
-            ", ".join(serve.get("replica") or ["?"]), d.get("node_rank"), d.get("nodes"), d.get("head_address"),
-            d.get("dist_port"), d.get("tp"), d.get("pp")))
-    if d.get("serves_api", True):
+            ", ".join(serve.get("replica") or ["?"]), d["node_rank"], d["nodes"], d["head_address"], d["dist_port"],
+            d["tp"], d["pp"]))
+    if d["serves_api"]:
         lines.append("engine: %s on the host (%s)" % (d["local_url"], d["memory_flag"] + " " + str(d["mem_fraction"])))
     if check_mode:
         lines.append("command: " + " ".join(d["command"]))
         changed = list(serve.get("changed_files") or []) + list(proxy.get("changed_files") or [])
         lines.append("would change: " + (", ".join(changed) if changed else "no file (converged)"))
     else:
-        if serve and not d.get("serves_api", True):
+        if serve and not d["serves_api"]:
             lines.append("verify: on the head (%s)" % _checks(serve.get("checks")) + (
                 "; restarted with the replica" if serve.get("restarted") else "; not restarted"))
         elif serve:
