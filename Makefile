@@ -11,7 +11,7 @@ COLLECTION_LINK := .collections/ansible_collections/kimi/deploy
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help setup demo demo-plan demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean
+.PHONY: help setup demo demo-plan demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean engine-flags
 
 help:  ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -29,11 +29,11 @@ $(COLLECTION_LINK):
 setup: $(BIN)/.stamp $(COLLECTION_LINK)  ## Make the virtualenv and link this checkout as kimi.deploy
 	@$(BIN)/ansible --version | head -1
 
-demo: setup  ## The main job on the embedded default: site.yml on a local container GPU host, then a client through Caddy (QUANT=, ENGINE=, ARGS=)
-	QUANT='$(QUANT)' ENGINE='$(ENGINE)' KIMI_DEMO_ARGS='$(ARGS)' demo/demo.sh up
+demo: setup  ## The main job on the embedded default: site.yml on a local container GPU host, then a client through Caddy (QUANT=, ENGINE=, GPUS=, ARGS=)
+	QUANT='$(QUANT)' ENGINE='$(ENGINE)' GPUS='$(GPUS)' KIMI_DEMO_ARGS='$(ARGS)' demo/demo.sh up
 
 demo-plan: setup  ## site.yml --check --diff on the demo host: the plan for QUANT= ENGINE=, nothing changed
-	QUANT='$(QUANT)' ENGINE='$(ENGINE)' KIMI_DEMO_ARGS='$(ARGS)' demo/demo.sh plan
+	QUANT='$(QUANT)' ENGINE='$(ENGINE)' GPUS='$(GPUS)' KIMI_DEMO_ARGS='$(ARGS)' demo/demo.sh plan
 
 demo-clean:  ## Remove everything make demo made (the host, its volumes, .demo/)
 	demo/demo.sh clean
@@ -78,3 +78,9 @@ bench-converge: setup  ## Converge benchmark: first vs no-op site.yml run, 1 hos
 
 clean:  ## Remove the virtualenv, the collection link and build output
 	rm -rf $(VENV) .collections build
+
+engine-flags:  ## Flag list of a released engine (PyPI wheel, or ARGS="--source DIR ...") + its module (ENGINE=vllm|sglang|trtllm VERSION=x.y.z)
+	@test -n "$(ENGINE)" -a -n "$(VERSION)" || { echo "usage: make engine-flags ENGINE=vllm VERSION=0.33.0 [ARGS=...]" >&2; exit 1; }
+	$(or $(wildcard $(BIN)/python),$(PYTHON)) tools/engine_flags.py --engine $(ENGINE) --version $(VERSION) $(ARGS)
+	$(or $(wildcard $(BIN)/python),$(PYTHON)) tools/gen_flag_modules.py
+	@echo "next: add $(VERSION) to the versions of plugins/module_utils/_engine_$(ENGINE).py (image, verified, notes)"

@@ -8,7 +8,9 @@
 #   demo/demo.sh plan [QUANT ENGINE] site.yml --check --diff on the running host: the plan, nothing changed
 #   demo/demo.sh clean               remove the host, its volumes and the demo folder
 #
-# Environment: KIMI_DEMO_DIR (default .demo: the client key, the CA, the logs, molecule's state),
+# Environment: GPUS (a GPU profile of tests/fixtures/gpus, default rtx-pro-6000-x8: the GPUs on the host's PCI bus;
+# another one swaps them on a running host), KIMI_DEMO_DIR (default .demo: the client key, the CA, the logs, molecule's
+# state),
 # KIMI_DEMO_INSTANCE (default kimi-demo), KIMI_DEMO_PORT (default 8443, on 127.0.0.1), KIMI_DEMO_ARGS (more
 # ansible-playbook arguments, split on spaces, e.g. "--tags serve" or "-v"; make demo ARGS=...).
 set -euo pipefail
@@ -28,6 +30,9 @@ CA_IN_HOST=/var/lib/caddy/.local/share/caddy/pki/authorities/local/root.crt
 say() { printf 'demo: %s\n' "$*"; }
 mol() { local cmd=$1; shift; molecule --base-config .config/molecule/config.yml "$cmd" -s demo "$@"; }
 running() { [ "$(docker inspect -f '{{.State.Running}}' "$INSTANCE" 2>/dev/null)" = true ]; }
+model_name() {  # the model id clients send to what the host serves (its env file's MODEL_NAME)
+	docker exec "$INSTANCE" sh -c '. /etc/kimi-k26.env 2>/dev/null && echo "${MODEL_NAME:-}"' 2>/dev/null || true
+}
 serving() {  # the identity in the host's environment file, e.g. int4-sglang ("" when none)
 	running || return 0
 	docker exec "$INSTANCE" sh -c '. /etc/kimi-k26.env 2>/dev/null && [ -n "${QUANT:-}" ] && echo "$QUANT-$FRAMEWORK"' 2>/dev/null || true
@@ -41,16 +46,24 @@ clean() {
 	say "kept: the test images (kimi-test/*, kimi-double/*) and .cache/kimi-test, which make test uses too"
 }
 
-identity() {  # identity [QUANT ENGINE]: sets quant and engine for up and plan
-	quant=${1:-${QUANT:-}} engine=${2:-${ENGINE:-}}
-	# As asked, else the one the demo serves now, else int4 on SGLang (the reference host's pick).
-	if [ -z "$quant$engine" ] && [ -f "$KIMI_DEMO_DIR/identity" ]; then read -r quant engine <"$KIMI_DEMO_DIR/identity"; fi
+identity() {  # identity [QUANT ENGINE]: sets quant, engine and gpus for up and plan
+	local _q _e
+	quant=${1:-${QUANT:-}} engine=${2:-${ENGINE:-}} gpus=${GPUS:-}
+	# As asked, else the one the demo serves now, else int4 on SGLang (the reference host's pick); the GPUs as asked,
+	# else those the host has now, else the reference host's 8 x RTX PRO 6000.
+	if [ -f "$KIMI_DEMO_DIR/identity" ]; then
+		read -r _q _e gpus_now <"$KIMI_DEMO_DIR/identity" || true
+		if [ -z "$quant$engine" ]; then quant=$_q engine=$_e; fi
+	fi
 	if [ -z "$quant$engine" ]; then quant=int4 engine=sglang; fi
 	quant=${quant:-auto} engine=${engine:-auto}  # one given: the other is recommended from the GPUs
+	gpus=${gpus:-${gpus_now:-rtx-pro-6000-x8}}
+	[ -f "tests/fixtures/gpus/$gpus.json" ] || { say "GPUS=$gpus is not a GPU profile: $(cd tests/fixtures/gpus &&
+		ls -- *.json | sed 's/\.json$//' | tr '\n' ' ')"; exit 2; }
 }
 
 up() {
-	local quant engine before after log=$KIMI_DEMO_DIR/converge.log first=0 changed
+	local quant engine gpus gpus_now= before after model log=$KIMI_DEMO_DIR/converge.log first=0 changed
 	identity "$@"
 
 	say "preparing this machine (Docker engine, offline test images, doubles): tests/harness/prepare.sh"
@@ -68,18 +81,20 @@ up() {
 		if [ -d "$MOLECULE_EPHEMERAL_DIRECTORY" ]; then mol destroy >"$KIMI_DEMO_DIR/destroy.log" 2>&1 || true; fi
 	fi
 	before=$(serving)
-	say "site.yml -e quant=$quant -e engine=$engine on $INSTANCE${before:+ (serving $before now)} (log: $log)"
+	say "site.yml -e quant=$quant -e engine=$engine on $INSTANCE with $gpus${before:+ (serving $before now)} (log: $log)"
 	set +e
 	# shellcheck disable=SC2086  # KIMI_DEMO_ARGS is a list of arguments
-	mol converge -- -e "quant=$quant" -e "engine=$engine" ${KIMI_DEMO_ARGS:-} 2>&1 | tee "$log"
+	mol converge -- -e "quant=$quant" -e "engine=$engine" -e "kimi_test_gpu_profile=$gpus" ${KIMI_DEMO_ARGS:-} 2>&1 |
+		tee "$log"
 	local rc=${PIPESTATUS[0]}
 	set -e
 	if [ "$rc" != 0 ]; then
 		say "site.yml failed on $INSTANCE (rc=$rc): the error above names the stage and the fix (log: $log)"
 		exit "$rc"
 	fi
-	echo "$quant $engine" >"$KIMI_DEMO_DIR/identity"
+	echo "$quant $engine $gpus" >"$KIMI_DEMO_DIR/identity"
 	after=$(serving)
+	model=$(model_name)
 	# changed= of every host in the last PLAY RECAP (site.yml's; create and prepare print theirs before it)
 	changed=$(awk '/^PLAY RECAP/ {n = 0; delete c} /changed=/ {for (i = 1; i <= NF; i++) if ($i ~ /^changed=/) {split($i, a, "="); c[n++] = a[2]}}
 		END {s = 0; for (k in c) s += c[k]; print s}' "$log")
@@ -88,30 +103,31 @@ up() {
 	echo
 	say "a client on this machine, through Caddy over TLS, with the demo's key:"
 	python3 demo/client.py --endpoint "https://localhost:$KIMI_DEMO_PORT/v1" --api-key-file "$KIMI_DEMO_KEY_FILE" \
-		--ca "$KIMI_DEMO_DIR/ca.crt" --model kimi-k2.6
+		--ca "$KIMI_DEMO_DIR/ca.crt" --model "$model"
 	echo
 	if [ "$first" = 1 ]; then
 		say "first run: created $INSTANCE and converged it ($changed changes); run make demo again: it changes nothing"
 	elif [ -n "$before" ] && [ "$before" != "$after" ]; then
-		say "cutover: $INSTANCE switched from $before to $after ($changed changes); clients kept the model name kimi-k2.6"
+		say "cutover: $INSTANCE switched from $before to $after ($changed changes); clients use the model name $model"
 	elif [ "$changed" = 0 ]; then
 		say "second run: idempotent, changed=0 on every host"
 	else
 		say "converged with $changed changes"
 	fi
 	echo "endpoint: https://localhost:$KIMI_DEMO_PORT/v1"
-	echo "model: kimi-k2.6 ($after)"
+	echo "model: $model ($after on $gpus)"
 	echo "api key file: $KIMI_DEMO_KEY_FILE"
 	echo "ca: $KIMI_DEMO_DIR/ca.crt"
 }
 
 plan() {
-	local quant engine
+	local quant engine gpus gpus_now=
 	running || { say "no demo host is running: run make demo first"; exit 1; }
 	identity "$@"
-	say "site.yml --check --diff -e quant=$quant -e engine=$engine on $INSTANCE (nothing is changed)"
+	say "site.yml --check --diff -e quant=$quant -e engine=$engine on $INSTANCE with $gpus (nothing is changed)"
 	# shellcheck disable=SC2086
-	mol converge -- --check --diff -e "quant=$quant" -e "engine=$engine" ${KIMI_DEMO_ARGS:-}
+	mol converge -- --check --diff -e "quant=$quant" -e "engine=$engine" -e "kimi_test_gpu_profile=$gpus" \
+		${KIMI_DEMO_ARGS:-}
 }
 
 case ${1:-up} in

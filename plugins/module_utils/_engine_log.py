@@ -13,7 +13,8 @@
 - systemd's own lines about an automatic restart of the unit;
 - LogWatch: the same, fed incrementally from a journal (kimi.deploy.serve_ready).
 
-The line shapes are the real engines' (vLLM 0.22.1, SGLang 0.5.12.post1, NCCL, Triton, huggingface_hub); the engine
+The line shapes are the real engines' (vLLM 0.22.1, SGLang 0.5.12.post1, TensorRT-LLM's uvicorn lines and its Bus error
+of seed 003, NCCL, Triton, huggingface_hub); the engine
 double (tests/doubles/engine) prints the same ones.
 """
 
@@ -24,13 +25,15 @@ __metaclass__ = type
 import collections
 import re
 
-ENGINES = ("sglang", "vllm")
+ENGINES = ("sglang", "trtllm", "vllm")
 
 # The readiness lines (runbook step 5). vLLM's comes from uvicorn: "(APIServer pid=1) INFO:     Application startup
 # complete." SGLang's: "[2026-06-11 10:12:31] The server is fired up and ready to roll!"
 READY_LINES = {
     "sglang": ("The server is fired up and ready to roll!",),
     "vllm": ("Application startup complete.",),
+    # trtllm-serve runs uvicorn too (seed 003: "INFO:     Application startup complete.", then GET /health is 200).
+    "trtllm": ("Application startup complete.",),
 }
 
 # Lines worth showing while the engine loads: real shapes, e.g.
@@ -80,8 +83,15 @@ class Failure(object):
 # Ordered: most specific first. diagnose() reports them in this order, so its first entry is the likeliest cause.
 KNOWN_FAILURES = (
     Failure(
+        "weights_shm",
+        r"Caught signal 7 \(Bus error",
+        "TensorRT-LLM ran out of /dev/shm while loading the weights (seed 003: 'Caught signal 7 (Bus error: "
+        "nonexistent physical address)' after 'Loading weights'); the container shares the host's /dev/shm (--ipc host)",
+        "give the host a /dev/shm that holds the weights (NVIDIA's Kimi guide: 640G; e.g. mount -o remount,size=640G "
+        "/dev/shm, and in /etc/fstab), which site.yml's preflight checks against kimi_serve_shm_min_bytes"),
+    Failure(
         "nccl_shm",
-        r"unhandled system error|ncclSystemError|NCCL WARN .*(?:/dev/shm|shared memory)|(?<![-\w])Bus error|SIGBUS",
+        r"unhandled system error|ncclSystemError|NCCL WARN .*(?:/dev/shm|shared memory)|(?<![-\w(])Bus error|SIGBUS",
         "NCCL could not set up its shared-memory transport between the GPU workers (unhandled system error / SIGBUS):"
         " the container's /dev/shm is Docker's default 64 MB",
         "run the container with --ipc=host (the kimi_serve unit does; an ad-hoc docker run needs it too), or a large"

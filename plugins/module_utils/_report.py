@@ -9,6 +9,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
+
 # The site stages in order, each with the tag that selects it (site.yml).
 STAGES = ("preflight", "nvidia_host", "weights", "image", "serve", "proxy")
 
@@ -29,12 +31,34 @@ def plan_lines(d):
             + ["hardware: " + hardware,
                "checkpoint: %s @ %s (%s)" % (ckpt["repo_id"], ckpt["revision"] or "NOT PINNED", ckpt["format"]),
                "image: %s%s" % (d["image"], " (built locally by kimi_image)" if d["image_is_local_build"] else ""),
-               "kv_cache_dtype: %s, moe_backend: %s, %s %s, context %s, tp %s" % (
+               "kv_cache_dtype: %s, moe_backend: %s, %s %s, context %s, tp %s%s" % (
                    d["kv_cache_dtype"], d["moe_backend"] or "n/a", d["memory_flag"], d["mem_fraction"],
-                   d["context_length"], d["tp"]),
-               "served model name: %s on %s:%s" % (d["served_model_name"], d["host"], d["port"])]
+                   d["context_length"], d["tp"], ", attention data parallel" if d.get("attention_dp") else ""),
+               "memory knob: %s is %s" % (d["memory_flag"], d.get("memory_meaning", "?")),
+               "served model name: %s on %s:%s" % (d["served_model_name"], d["host"], d["port"]),
+               "verify checks: %s" % ", ".join(d.get("verify_checks", []))]
             + _replica_lines(d)
+            + _config_lines(d)
             + ["warning: " + w for w in d.get("warnings", [])])
+
+
+def _config_lines(d):
+    """The engine's config file (TensorRT-LLM's YAML), key by key, as the file says it (YAML of scalars: JSON's)."""
+    if d.get("engine_config") is None:
+        return []
+
+    def walk(node, indent):
+        for key in sorted(node):
+            value = node[key]
+            if isinstance(value, dict):
+                yield "  %s%s:" % ("  " * indent, key)
+                for line in walk(value, indent + 1):
+                    yield line
+            else:
+                yield "  %s%s: %s" % ("  " * indent, key, value if isinstance(value, str) else json.dumps(value))
+
+    return ["config %s, from <kimi_serve_config_dir>/%s.yaml on the host:" % (
+        d["engine_config_path"], d["identity"])] + list(walk(d["engine_config"], 0))
 
 
 def _replica_lines(d):

@@ -35,7 +35,7 @@ options:
     description: The engine the unit runs; it decides the readiness line.
     type: str
     required: true
-    choices: [sglang, vllm]
+    choices: [sglang, trtllm, vllm]
   unit:
     description: The systemd unit that runs the engine.
     type: str

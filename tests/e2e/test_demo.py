@@ -5,7 +5,9 @@ driven through the Makefile targets in order: the first run prints a completion,
 through Caddy over TLS; the endpoint answers from this machine with the key file and CA it names, and refuses a
 request without a key; a second run changes nothing; --check --diff prints the plan of a switch and changes nothing;
 a switch to vLLM is seen; a switch to NVFP4 builds its patched image and serves from it; NVFP4 refuses remote code that
-is still symlinked before changing anything, and the weights stage repairs it; demo-clean removes everything. The
+is still symlinked before changing anything, and the weights stage repairs it; GPUS=b200-x8 swaps the host's GPUs and
+TensorRT-LLM serves from the YAML the collection writes, a /dev/shm too small for it is refused before any change, and
+a switch back to int4-sglang works on the same GPUs; demo-clean removes everything. The
 tests depend on each other's order (pytest runs a module's tests in file order).
 """
 import json
@@ -147,7 +149,7 @@ def test_a_switch_to_vllm_is_one_command_and_the_cutover_is_seen(first_run):
     assert "demo: cutover: %s switched from int4-sglang to int4-vllm" % INSTANCE in out
     assert "Hello from the Kimi-K2.6 engine double (vllm)" in lines_of(out, "completion:")[0]
     assert "served by vllm" in lines_of(out, "models:")[0]
-    assert "model: kimi-k2.6 (int4-vllm)" in out
+    assert "model: kimi-k2.6 (int4-vllm on rtx-pro-6000-x8)" in out
 
 
 def test_nvfp4_switches_through_the_image_it_builds_and_keeps_the_model_name(first_run):
@@ -156,7 +158,7 @@ def test_nvfp4_switches_through_the_image_it_builds_and_keeps_the_model_name(fir
     assert re.search(r"image: kimi-k26-nvfp4-vllm:cu130-mla sha256:[0-9a-f]{12} \(built in [0-9.]+ s, FROM "
                      r"kimi-double/vllm-openai:v0\.22\.1-cu130; patch proved in the image: num_stages 1\)", out), out
     assert "Hello from the Kimi-K2.6 engine double (vllm)" in lines_of(out, "completion:")[0]
-    assert "model: kimi-k2.6 (nvfp4-vllm)" in out
+    assert "model: kimi-k2.6 (nvfp4-vllm on rtx-pro-6000-x8)" in out
     assert host("docker", "inspect", "-f", "{{.Config.Image}}", "kimi-k26").strip() == "kimi-k26-nvfp4-vllm:cu130-mla"
     proof = json.loads(host("docker", "exec", "kimi-k26", "python3", "/opt/kimi-image/kimi_vllm_patch.py", "prove"))
     assert proof["patched"] and proof["num_stages"] == 1
@@ -178,8 +180,46 @@ def test_nvfp4_refuses_symlinked_remote_code_before_any_change_and_the_weights_s
     assert "Nothing was changed: the current deployment keeps serving" in proc.flat
     assert snapshot() == before
     out = make("demo", "QUANT=nvfp4", "ENGINE=vllm").flat
-    assert "model: kimi-k2.6 (nvfp4-vllm)" in out
+    assert "model: kimi-k2.6 (nvfp4-vllm on rtx-pro-6000-x8)" in out
     assert host("sh", "-c", "cd %s/* && stat -c %%F %s" % (snapshots, name)).strip() == "regular file"
+
+
+def test_trtllm_on_b200_gpus_switches_the_host_and_answers_through_caddy(first_run):
+    """make demo GPUS=b200-x8 QUANT=nvfp4 ENGINE=trtllm: the host's GPUs become 8 x B200, TensorRT-LLM's double serves
+    from the YAML the collection wrote, and the answers come through Caddy (text, tool call, vision)."""
+    out = make("demo", "GPUS=b200-x8", "QUANT=nvfp4", "ENGINE=trtllm").flat
+    assert "demo: cutover: %s switched from nvfp4-vllm to nvfp4-trtllm" % INSTANCE in out
+    assert "clients use the model name nvidia/Kimi-K2.6-NVFP4" in out
+    assert lines_of(out, "completion:")[0].startswith("HTTP 200") and "(trtllm)" in lines_of(out, "completion:")[0]
+    assert re.search(r"get_weather\(.*Paris", lines_of(out, "tool call:")[0])
+    assert "blue" in lines_of(out, "vision:")[0]
+    assert "model: nvidia/Kimi-K2.6-NVFP4 (nvfp4-trtllm on b200-x8)" in out
+    assert "GPUs: 8 x NVIDIA B200" in out
+    config = host("cat", "/etc/kimi-k26/nvfp4-trtllm.yaml")
+    for line in ("tensor_parallel_size: 8", "moe_expert_parallel_size: 8", "enable_attention_dp: true",
+                 "  dtype: fp8", "  free_gpu_memory_fraction: 0.75", "trust_remote_code: true"):
+        assert line in config.splitlines(), config
+    command = host("docker", "inspect", "-f", "{{json .Config.Cmd}}", "kimi-k26")
+    assert json.loads(command)[:2] == ["trtllm-serve", "nvidia/Kimi-K2.6-NVFP4"]
+    assert "--config" in command and host("docker", "inspect", "-f", "{{.Config.Image}}",
+                                                       "kimi-k26").strip() == "kimi-double/tensorrt-llm:1.3.0rc17"
+    assert "Application startup complete." in host("journalctl", "-u", "kimi-k26", "--no-pager", "-o", "cat")
+
+
+def test_trtllm_refuses_a_dev_shm_too_small_before_any_change(first_run):
+    before = snapshot()
+    proc = make("demo", "QUANT=nvfp4", "ENGINE=trtllm", "ARGS=-e kimi_serve_shm_min_bytes=1099511627776", check=False)
+    assert proc.returncode != 0
+    assert re.search(r"%s: /dev/shm has [0-9.]+ [KMG]?B; TensorRT-LLM needs at least 1\.00 TB" % INSTANCE, proc.flat)
+    assert "Nothing was changed" in proc.flat and snapshot() == before
+
+
+def test_a_switch_back_to_int4_sglang_works_on_the_same_gpus(first_run):
+    out = make("demo", "QUANT=int4", "ENGINE=sglang").flat
+    assert "demo: cutover: %s switched from nvfp4-trtllm to int4-sglang" % INSTANCE in out
+    assert "Hello from the Kimi-K2.6 engine double (sglang)" in lines_of(out, "completion:")[0]
+    assert "model: kimi-k2.6 (int4-sglang on b200-x8)" in out
+    assert host("sh", "-c", "ls /etc/kimi-k26/").split().count("nvfp4-trtllm.yaml") == 1  # kept for a switch back
 
 
 def test_demo_clean_removes_everything_the_demo_made(first_run):

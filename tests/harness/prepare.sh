@@ -37,7 +37,8 @@ DOCKER_PACKAGES="docker.io docker-cli python3-docker caddy zstd"
 # starts (caddy's default :80 site and :2019 admin API would be live in every trixie-docker instance otherwise)
 DOCKER_DISABLED_UNITS="caddy.service caddy-api.service"
 ENGINE_IMAGES=(kimi-double/sglang:v0.5.12.post1-cu130 kimi-double/vllm-openai:v0.22.1
-	kimi-double/vllm-openai:v0.22.1-cu130 kimi-double/vllm-openai:v0.22.1-cu130-nopattern)
+	kimi-double/vllm-openai:v0.22.1-cu130 kimi-double/vllm-openai:v0.22.1-cu130-nopattern
+	kimi-double/tensorrt-llm:1.3.0rc17)
 HOST_PACKAGES=(docker.io debootstrap dpkg-dev gpg apt-utils)
 
 mkdir -p "$CACHE"

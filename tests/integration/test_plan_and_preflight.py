@@ -39,6 +39,23 @@ def test_plan_prints_identity_why_checkpoint_image_and_command():
             "--trust-remote-code") in out
 
 
+def test_make_plan_prints_the_trtllm_serve_command_and_its_yaml():
+    """The README's `make plan GPUS=b200-x8 QUANT=nvfp4 ENGINE=trtllm`: the command, the YAML it writes, the version."""
+    proc = subprocess.run(["make", "--no-print-directory", "plan", "GPUS=b200-x8", "QUANT=nvfp4", "ENGINE=trtllm"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 0, out
+    assert "identity: nvfp4-trtllm (quant=nvfp4, engine=trtllm 1.3.0rc17)" in out
+    assert ("command: trtllm-serve nvidia/Kimi-K2.6-NVFP4 --host 127.0.0.1 --port 30000 --extra_llm_api_options "
+            "/etc/kimi-k26/engine-config.yaml --tool_parser kimi_k2") in out
+    assert "config /etc/kimi-k26/engine-config.yaml, from <kimi_serve_config_dir>/nvfp4-trtllm.yaml on the host:" in out
+    for line in ("enable_attention_dp: true", "free_gpu_memory_fraction: 0.75", "dtype: fp8",
+                 "moe_expert_parallel_size: 8", "tensor_parallel_size: 8", "max_num_tokens: 8448"):
+        assert line in out, line
+    assert "image: nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc17" in out
+    assert "memory knob: kv_cache_config.free_gpu_memory_fraction is the share of each GPU" in out
+
+
 def test_plan_recommends_from_gpus_when_not_told():
     rc, out = playbook("playbooks/plan.yml", "-e", RTX)
     assert rc == 0, out
@@ -138,6 +155,18 @@ def test_site_fit_uses_the_chosen_tensor_parallel_size(tmp_path):
     assert "cannot hold int4-sglang" in out and "tensor parallel 4" in out, out
     assert "With kimi_tensor_parallel=8 it would fit" in out
     assert "Turn the host into a GPU container host" not in out
+
+
+def test_site_refuses_a_dev_shm_too_small_for_trtllm_before_any_change(tmp_path):
+    """TensorRT-LLM stages the weights in /dev/shm (seed 003's Bus error): kimi_serve's preflight measures the host's."""
+    inventory = local_inventory(tmp_path)
+    rc, out = playbook("-i", str(inventory), "site.yml", "-e", "@tests/fixtures/gpus/b200-x8.json", "-e", "quant=nvfp4",
+                       "-e", "engine=trtllm", "-e", "kimi_nvfp4_revision=" + SHA,
+                       "-e", "kimi_serve_shm_min_bytes=%d" % (1 << 45), "-e", STRONG_KEY)
+    assert rc != 0
+    assert re.search(r"localhost: /dev/shm has [0-9.]+ [KMGT]?i?B; TensorRT-LLM needs at least 32\.00 TB "
+                     r"\(kimi_serve_shm_min_bytes\): TensorRT-LLM stages the weights through /dev/shm", out), out
+    assert "Nothing was changed" in out and "Turn the host into a GPU container host" not in out
 
 
 def test_site_refuses_the_published_example_api_key(tmp_path):

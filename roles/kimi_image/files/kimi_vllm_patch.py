@@ -8,7 +8,7 @@ built image, by kimi.deploy.kimi_image (mode `prove`).
 What and why
   Kimi-K2.6's MLA on sm_120 can only use vLLM's TRITON_MLA attention backend. Its decode runs the Triton kernel
   _fwd_grouped_kernel_stage1, launched by _decode_grouped_att_m_fwd in
-      vllm/v1/attention/ops/triton_decode_attention.py          (vLLM 0.22.1; upstream path in the vLLM repository)
+      vllm/v1/attention/ops/triton_decode_attention.py          (vLLM 0.22.1-0.33.0, APPLIES_TO; upstream path)
   with num_stages=2 on CUDA (the ROCm branch already uses 1). Two pipeline stages keep two K/V tiles in shared
   memory, more than sm_120's 101376 bytes per block for Kimi's 576-wide latent heads, so CUDA-graph capture fails
   with "out of resource: shared memory, Required: 102400, Hardware limit: 101376" (the runbook's vLLM 0.22.1).
@@ -58,6 +58,12 @@ VARIABLE = "num_stages"
 UPSTREAM_VALUE = 2
 PATCHED_VALUE = 1
 MARKER = "# kimi.deploy: sm_120 shared memory, TRITON_MLA graph capture (was %d)" % UPSTREAM_VALUE
+# The vLLM releases this patch applies to: the file of each was read from its PyPI wheel (2026-11-24), and each has
+# the one `    num_stages = 2` default in _decode_grouped_att_m_fwd (line 497 in 0.22.1-0.23.0, 522 in 0.24.0-0.30.0, 521
+# in 0.31.0-0.33.0), with no sm_120 or shared-memory check beside it: upstream lowers it only on ROCm or for
+# BLOCK_DMODEL >= 1024, and MLA's is 512. So every one of them still needs the patch on sm_120.
+APPLIES_TO = ("0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0",
+              "0.30.0", "0.31.0", "0.32.0", "0.33.0")
 LINE_RE = re.compile(r"^(?P<indent>[ \t]*)%s[ \t]*=[ \t]*(?P<value>\d+)[ \t]*(#.*)?$" % VARIABLE)
 EXIT_PATCH_FAILED = 3
 
@@ -186,6 +192,10 @@ def write_atomically(path, text):
 
 def command_patch(args):
     version = vllm_version()
+    if version and version.split("+")[0] not in APPLIES_TO:
+        raise PatchError("this image has %s %s; the patch is verified on %s only (the releases whose file it was read "
+                         "from): check that release's %s and add it to APPLIES_TO"
+                         % (PACKAGE, version or "(not installed)", ", ".join(APPLIES_TO), RELATIVE_PATH))
     if args.expect_vllm and (version or "").split("+")[0] != args.expect_vllm:
         raise PatchError("this image has %s %s, the collection's engine flags are pinned to %s (looked for it with "
                          "importlib.metadata): build FROM the %s release image"

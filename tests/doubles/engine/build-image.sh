@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build the engine-double images FROM a local BASE_IMAGE (a Debian image with python3). No pulls. The two engines,
-# and the two stand-ins for the NVFP4 image's vLLM CUDA-13 base (with and without the code the patch edits).
+# Build the engine-double images FROM a local BASE_IMAGE (a Debian image with python3). No pulls. The three engines
+# (SGLang, vLLM, TensorRT-LLM), and the two stand-ins for the NVFP4 image's vLLM CUDA-13 base (with and without the
+# code the patch edits). Every tests/fixtures/engine_flags/engine_flags_*.json goes into the images' flags directory.
 #   usage: tests/doubles/engine/build-image.sh BASE_IMAGE [--force]
 # Skips the build when both images already carry the same content key (source files + base image id).
 set -euo pipefail
@@ -10,7 +11,8 @@ SGLANG_IMAGE=kimi-double/sglang:v0.5.12.post1-cu130
 VLLM_IMAGE=kimi-double/vllm-openai:v0.22.1
 CU130_IMAGE=kimi-double/vllm-openai:v0.22.1-cu130
 NOPATTERN_IMAGE=kimi-double/vllm-openai:v0.22.1-cu130-nopattern
-ALL_IMAGES=("$SGLANG_IMAGE" "$VLLM_IMAGE" "$CU130_IMAGE" "$NOPATTERN_IMAGE")
+TRTLLM_IMAGE=kimi-double/tensorrt-llm:1.3.0rc17
+ALL_IMAGES=("$SGLANG_IMAGE" "$VLLM_IMAGE" "$CU130_IMAGE" "$NOPATTERN_IMAGE" "$TRTLLM_IMAGE")
 base="${1:-}"
 force="${2:-}"
 if [[ -z "$base" || "$base" == -* ]]; then
@@ -21,9 +23,14 @@ if ! base_id="$(docker image inspect -f '{{.Id}}' "$base" 2>/dev/null)"; then
   echo "build-image.sh: base image '$base' not found locally; build it first (no pulls are made)" >&2
   exit 1
 fi
+flag_files=()
+while IFS= read -r f; do flag_files+=("$f"); done < <(cd "$flags_src" && ls engine_flags_*.json | LC_ALL=C sort)
+if [[ ! -f "$flags_src/engine_flags_trtllm-1.3.0rc17.json" ]]; then
+  echo "build-image.sh: warning: no engine_flags_trtllm-1.3.0rc17.json: $TRTLLM_IMAGE will exit 1 at start" >&2
+fi
 key="$( { cd "$here" && find Dockerfile build-image.sh kimi_engine_double shims ../vllm_base -type f \
           ! -path '*__pycache__*' ! -name '*.pyc' | LC_ALL=C sort | xargs sha256sum
-        cd "$flags_src" && sha256sum engine_flags_vllm-0.22.1.json engine_flags_sglang-0.5.12.post1.json
+        cd "$flags_src" && sha256sum "${flag_files[@]}"
         echo "$base_id"; } | sha256sum | cut -c1-16)"
 label() { docker image inspect -f '{{index .Config.Labels "kimi.double.content-key"}}' "$1" 2>/dev/null || true; }
 current=1
@@ -38,10 +45,11 @@ tar -C "$here" --exclude=__pycache__ --exclude='*.pyc' -cf - Dockerfile kimi_eng
 mkdir "$ctx/vllm_base"
 tar -C "$here/../vllm_base/site" --exclude=__pycache__ --exclude='*.pyc' -cf - . | tar -C "$ctx/vllm_base" -xf -
 mkdir "$ctx/flags"
-cp "$flags_src"/engine_flags_vllm-0.22.1.json "$flags_src"/engine_flags_sglang-0.5.12.post1.json "$ctx/flags/"
+(cd "$flags_src" && cp "${flag_files[@]}" "$ctx/flags/")
 for pair in "sglang $SGLANG_IMAGE lmsysorg/sglang:v0.5.12.post1-cu130" "vllm $VLLM_IMAGE vllm/vllm-openai:v0.22.1" \
             "vllm-cu130 $CU130_IMAGE vllm/vllm-openai:v0.22.1-cu130" \
-            "vllm-cu130-nopattern $NOPATTERN_IMAGE vllm/vllm-openai:v0.22.1-cu130(without-the-patched-code)"; do
+            "vllm-cu130-nopattern $NOPATTERN_IMAGE vllm/vllm-openai:v0.22.1-cu130(without-the-patched-code)" \
+            "trtllm $TRTLLM_IMAGE nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc17"; do
   read -r target image real <<<"$pair"
   old="$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)"
   echo "building $image (target $target, FROM $base, content key $key)"

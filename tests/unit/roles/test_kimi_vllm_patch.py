@@ -156,3 +156,15 @@ def test_without_vllm_installed_it_says_where_it_looked(tmp_path):
     (tmp_path / "site").mkdir()
     out = run(tmp_path, "patch")
     assert out.returncode == 3 and "the package vllm is not installed" in out.stderr and "find_spec" in out.stderr
+
+
+def test_a_vllm_release_the_patch_was_not_read_on_is_refused(site):
+    """The patch states the releases it applies to (APPLIES_TO); another one fails before any edit, naming them."""
+    dist = next((site / "site").glob("vllm-*.dist-info"))
+    metadata = dist / "METADATA"
+    metadata.write_text(metadata.read_text().replace("Version: 0.22.1", "Version: 0.34.0"))
+    dist.rename(site / "site" / "vllm-0.34.0.dist-info")
+    before = (site / "site" / KERNEL_REL).read_text()
+    out = run(site, "patch")
+    assert out.returncode == 3 and "this image has vllm 0.34.0; the patch is verified on 0.22.1, " in out.stderr
+    assert "0.33.0 only" in out.stderr and (site / "site" / KERNEL_REL).read_text() == before

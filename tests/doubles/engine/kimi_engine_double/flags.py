@@ -5,13 +5,16 @@ parsers (tests/fixtures/engine_flags/engine_flags_<engine>-<version>.json). What
 bad choices, missing values and store_true-with-value all exit 2 with argparse's wording. Where it is
 deliberately stricter: abbreviations (unique prefixes) are refused, since the project promises full names.
 """
+import glob
 import json
 import os
 import re
 import sys
 
-VERSIONS = {"vllm": "0.22.1", "sglang": "0.5.12.post1"}
-PROGS = {"vllm": "vllm serve", "sglang": "launch_server.py"}
+# The pinned versions; KIMI_DOUBLE_ENGINE_VERSION selects another one whose flag list exists.
+VERSIONS = {"vllm": "0.22.1", "sglang": "0.5.12.post1", "trtllm": "1.3.0rc17"}
+PROGS = {"vllm": "vllm serve", "sglang": "launch_server.py", "trtllm": "trtllm-serve"}
+VERSION_ENV = "KIMI_DOUBLE_ENGINE_VERSION"
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 
@@ -31,10 +34,40 @@ def flags_dir():
     raise FileNotFoundError("engine double: no flag files found (set KIMI_DOUBLE_FLAGS_DIR)")
 
 
-def load_flags(engine):
-    path = os.path.join(flags_dir(), "engine_flags_%s-%s.json" % (engine, VERSIONS[engine]))
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+class UnknownVersion(Exception):
+    """KIMI_DOUBLE_ENGINE_VERSION names a version without a flag list (the double exits 1)."""
+
+
+def version(engine, env=None):
+    """The engine version the double plays: $KIMI_DOUBLE_ENGINE_VERSION, else the pinned one."""
+    env = os.environ if env is None else env
+    return env.get(VERSION_ENV) or VERSIONS[engine]
+
+
+def known_versions(engine, directory=None):
+    """Versions that have an engine_flags_<engine>-<version>.json in the flags directory."""
+    directory = directory or flags_dir()
+    prefix = "engine_flags_%s-" % engine
+    return sorted(os.path.basename(p)[len(prefix):-len(".json")]
+                  for p in glob.glob(os.path.join(glob.escape(directory), prefix + "*.json")))
+
+
+_CACHE = {}
+
+
+def load_flags(engine, env=None):
+    """The flag list of the active version of `engine`. Raises UnknownVersion when it has no file."""
+    directory, ver = flags_dir(), version(engine, env)
+    path = os.path.join(directory, "engine_flags_%s-%s.json" % (engine, ver))
+    if path not in _CACHE:
+        if not os.path.isfile(path):
+            known = known_versions(engine, directory)
+            raise UnknownVersion("engine double: no flag list for %s %s (%s=%s): %s does not exist; known %s "
+                                 "versions: %s" % (engine, ver, VERSION_ENV, ver, path, engine,
+                                                   ", ".join(known) or "none"))
+        with open(path, encoding="utf-8") as f:
+            _CACHE[path] = json.load(f)
+    return _CACHE[path]
 
 
 class ParsedArgs:
@@ -45,6 +78,9 @@ class ParsedArgs:
         self.values = {}
         self.model = None
         self.given = []  # option names as given (canonical long names), in order
+        self.defaults = {}  # dest -> default (trtllm: from the flag list)
+        self.opts = {}  # dest -> trtllm.Option
+        self.llm_args = None  # trtllm: the effective llm_args (CLI updated by the YAML config)
 
     def get(self, dest, default=None):
         return self.values.get(dest, default)

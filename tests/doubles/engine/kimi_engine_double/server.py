@@ -8,11 +8,13 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from . import flags, hfcache, png, rendezvous
+from . import flags, hfcache, png, rendezvous, trtllm
 
-READY_LINE = {"sglang": "The server is fired up and ready to roll!", "vllm": "Application startup complete."}
-DEFAULT_PORT = {"sglang": 30000, "vllm": 8000}
-DEFAULT_HOST = {"sglang": "127.0.0.1", "vllm": "0.0.0.0"}
+READY_LINE = {"sglang": "The server is fired up and ready to roll!", "vllm": "Application startup complete.",
+              "trtllm": "Application startup complete."}
+DEFAULT_PORT = {"sglang": 30000, "vllm": 8000, "trtllm": 8000}
+DEFAULT_HOST = {"sglang": "127.0.0.1", "vllm": "0.0.0.0", "trtllm": "localhost"}
+SIGBUS_LINE = "Caught signal 7 (Bus error: nonexistent physical address)"
 # vLLM's NVFP4 MoE oracle (fused_moe/oracle/nvfp4.py): --moe-backend value -> NvFp4MoeBackend, the list it logs,
 # and the Marlin weight-only warning (quantization/utils/marlin_utils_fp4.py).
 NVFP4_MOE_BACKENDS = {"cutlass": "VLLM_CUTLASS", "flashinfer_trtllm": "FLASHINFER_TRTLLM",
@@ -39,9 +41,12 @@ class EngineDouble:
         names = args.get("served_model_name")
         if isinstance(names, str):
             names = [names]
+        if engine == "trtllm" and not names and os.path.isdir(self.model):
+            names = [os.path.basename(os.path.normpath(self.model))]  # OpenAIServer: a directory's name
         self.names = names or [self.model]
-        self.host = args.get("host") or DEFAULT_HOST[engine]
-        self.port = int(args.get("port") or DEFAULT_PORT[engine])
+        self.host = args.get("host") or args.defaults.get("host") or DEFAULT_HOST[engine]
+        port = args.get("port")
+        self.port = int(port if port is not None else (args.defaults.get("port") or DEFAULT_PORT[engine]))
         self.state = "starting"
         self.bound = threading.Event()  # set once the HTTP socket listens (self.port is then the real port)
         self.ready = threading.Event()
@@ -58,6 +63,8 @@ class EngineDouble:
         if self.engine == "vllm":
             line = "(%s pid=%d) %s %s [%s] %s" % (proc, os.getpid(), level, time.strftime("%m-%d %H:%M:%S", now),
                                                   where, msg)
+        elif self.engine == "trtllm":
+            line = "[%s] [TRT-LLM] [%s] %s" % (time.strftime("%m/%d/%Y-%H:%M:%S", now), level[:1], msg)
         else:
             line = "[%s] %s" % (time.strftime("%Y-%m-%d %H:%M:%S", now), msg)
         print(line, file=self.out, flush=True)
@@ -105,6 +112,26 @@ class EngineDouble:
                     % (wanted, list(NVFP4_MOE_BACKENDS)))
         return NVFP4_MOE_BACKENDS[wanted]
 
+    def uvicorn(self, line):
+        prefix = "(APIServer pid=%d) " % os.getpid() if self.engine == "vllm" else ""
+        print("%sINFO:     %s" % (prefix, line), file=self.out, flush=True)
+
+    def trtllm_config(self):
+        """trtllm-serve: the YAML config over the CLI's llm_args, checked like TorchLlmArgs(extra='forbid')."""
+        table = flags.load_flags("trtllm")
+        warn = lambda msg, level="I": self.log(msg, level=level)  # noqa: E731
+        llm, path = trtllm.effective_llm_args(self.args, table, warn)
+        self.args.llm_args = llm
+        trtllm.fill_args(self.args, llm)
+        if path:
+            self.log("Loaded the LLM API options from %s: %s" % (path, ", ".join(
+                sorted(k for k in llm if k in trtllm.read_config(path)))))
+        shown = ("tensor_parallel_size", "pipeline_parallel_size", "moe_expert_parallel_size", "enable_attention_dp",
+                 "max_batch_size", "max_num_tokens", "max_seq_len", "trust_remote_code", "revision", "backend",
+                 "kv_cache_config")
+        self.log("%s(model=%r, %s)" % ((table.get("llm_args") or {}).get("class", "TorchLlmArgs"), self.model,
+                                        ", ".join("%s=%r" % (k, llm.get(k)) for k in shown if k in llm)))
+
     def run(self, stop):
         """Whole life cycle; returns the process exit code (0 after a clean stop)."""
         try:
@@ -117,8 +144,17 @@ class EngineDouble:
                 self.httpd.server_close()
 
     def _run(self, stop):
-        version = flags.VERSIONS[self.engine]
-        if self.engine == "vllm":
+        version = flags.version(self.engine)
+        if self.engine == "trtllm":
+            print("[TensorRT-LLM] TensorRT-LLM version: %s [KIMI ENGINE DOUBLE: a test stand-in, no GPU, no model]"
+                  % version, file=self.out, flush=True)
+            try:
+                self.trtllm_config()
+            except trtllm.ConfigError as e:
+                return self.fail(str(e))
+            self.log("Using LLM with PyTorch backend" if (self.args.get("backend") or "pytorch") == "pytorch"
+                     else "Using LLM with %s backend" % self.args.get("backend"))
+        elif self.engine == "vllm":
             self.log("vLLM API server version %s [KIMI ENGINE DOUBLE: a test stand-in, no GPU, no model]"
                      % version)
             self.log("non-default args: %s" % dict(sorted(self.args.values.items())), "utils.py")
@@ -149,6 +185,18 @@ class EngineDouble:
         problem = self.quantization_problem(self.loaded["config"])
         if problem:
             return self.fail(problem)
+        if self.engine == "trtllm":
+            quant = (self.loaded["config"].get("quantization_config") or {}).get("quant_method")
+            if quant:
+                self.log("Found quantization_config in config.json: quant_method=%s%s" % (
+                    quant, " -> quant_algo=NVFP4 (ModelOpt checkpoint)" if str(quant).startswith("modelopt") else ""))
+            free = trtllm.shm_problem(self.loaded["bytes"], self.env)
+            if free is not None:
+                print(SIGBUS_LINE, file=self.err, flush=True)
+                print("[engine double] %d weight bytes x KIMI_DOUBLE_SHM_BYTES_PER_WEIGHT_BYTE=%s > %d bytes free in "
+                      "/dev/shm" % (self.loaded["bytes"], self.env.get("KIMI_DOUBLE_SHM_BYTES_PER_WEIGHT_BYTE"), free),
+                      file=self.err, flush=True)
+                return 128 + 7
         moe = self.nvfp4_moe_backend()
         if moe and moe.startswith("ValueError"):
             return self.fail(moe)
@@ -176,11 +224,13 @@ class EngineDouble:
             if not self._bind():
                 return 1
             for line in ("Started server process [%d]" % os.getpid(), "Waiting for application startup."):
-                print("(APIServer pid=%d) INFO:     %s" % (os.getpid(), line), file=self.out, flush=True)
+                self.uvicorn(line)
         self.state = "ready"
         self.ready.set()
-        if self.engine == "vllm":
-            print("(APIServer pid=%d) INFO:     %s" % (os.getpid(), READY_LINE["vllm"]), file=self.out, flush=True)
+        if self.engine in ("vllm", "trtllm"):
+            self.uvicorn(READY_LINE[self.engine])
+            if self.engine == "trtllm":
+                self.uvicorn("Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (self.host, self.port))
         else:
             self.log(READY_LINE["sglang"])
         crash = self.env.get("KIMI_DOUBLE_CRASH", "")
@@ -225,7 +275,7 @@ class EngineDouble:
 
     # ---- answers --------------------------------------------------------------------------------------
     def max_model_len(self):
-        raw = self.args.get("max_model_len") or self.args.get("context_length")
+        raw = self.args.get("max_model_len") or self.args.get("context_length") or self.args.get("max_seq_len")
         if raw:
             raw = str(raw).lower()
             mult = {"k": 1000, "m": 1000000}.get(raw[-1:], 1)
@@ -236,6 +286,9 @@ class EngineDouble:
         return int(((self.loaded or {}).get("config") or {}).get("max_position_embeddings") or 262144)
 
     def models(self):
+        if self.engine == "trtllm":  # ModelList(data=[ModelCard(id=self.model)])
+            return {"object": "list", "data": [{"id": n, "object": "model", "created": self.created,
+                                                "owned_by": "tensorrt_llm"} for n in self.names]}
         owner = self.engine
         return {"object": "list", "data": [
             {"id": n, "object": "model", "created": self.created, "owned_by": owner,
@@ -243,7 +296,12 @@ class EngineDouble:
 
     def metrics(self):
         c, name = self.counters, self.names[0]
-        if self.engine == "vllm":
+        if self.engine == "trtllm":
+            rows = [("trtllm_num_requests_running", "gauge", c["running"]), ("trtllm_num_requests_waiting", "gauge", 0),
+                    ("trtllm_kv_cache_utilization", "gauge", 0.0), ("trtllm_prompt_tokens_total", "counter",
+                    c["prompt_tokens"]), ("trtllm_generation_tokens_total", "counter", c["generation_tokens"]),
+                    ("trtllm_request_success_total", "counter", c["requests"])]
+        elif self.engine == "vllm":
             rows = [("vllm:num_requests_running", "gauge", c["running"]), ("vllm:num_requests_waiting", "gauge", 0),
                     ("vllm:kv_cache_usage_perc", "gauge", 0.0), ("vllm:prompt_tokens_total", "counter",
                     c["prompt_tokens"]), ("vllm:generation_tokens_total", "counter", c["generation_tokens"]),
@@ -258,6 +316,16 @@ class EngineDouble:
             text += "# HELP %s engine double\n# TYPE %s %s\n%s{model_name=\"%s\"} %s\n" % (
                 metric, metric, kind, metric, name, float(value))
         return text
+
+    def iteration_stats(self):
+        """trtllm /metrics: the JSON iteration stats since the last call ([] unless enable_iter_perf_stats)."""
+        if not (self.args.llm_args or {}).get("enable_iter_perf_stats"):
+            return []
+        c = self.counters
+        return [{"iter": c["requests"], "iterLatencyMS": 1.0, "numActiveRequests": c["running"],
+                 "numQueuedRequests": 0, "maxNumActiveRequests": int(self.args.get("max_batch_size") or 2048),
+                 "gpuMemUsage": 0, "cpuMemUsage": 0, "timestamp": time.strftime("%m-%d-%Y %H:%M:%S"),
+                 "kvCacheStats": {"freeNumBlocks": 0, "maxNumBlocks": 0, "usedNumBlocks": 0, "tokensPerBlock": 32}}]
 
     def error(self, code, message, etype, param=None):
         if self.engine == "vllm":
@@ -297,7 +365,7 @@ class EngineDouble:
         choice = req.get("tool_choice", "auto" if tools else "none")
         tool_call = None
         if tools and choice != "none":
-            parser = self.args.get("tool_call_parser")
+            parser = self.args.get("tool_call_parser") or self.args.get("tool_parser")
             named = isinstance(choice, dict) or choice == "required"  # vLLM: guided decoding, no parser needed
             if self.engine == "vllm" and not named and not (parser and self.args.flag("enable_auto_tool_choice")):
                 return self.error(400, AUTO_TOOL_ERROR, "BadRequestError")
@@ -450,10 +518,15 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(503 if starting else 200)
         if path == "/v1/models":
             return self._send(200, e.models())
+        if path == "/metrics" and e.engine == "trtllm":  # TRT-LLM: JSON iteration stats
+            return self._send(200, e.iteration_stats())
+        if path == "/prometheus/metrics" and e.engine == "trtllm" and (e.args.llm_args or {}).get(
+                "return_perf_metrics"):
+            return self._send(200, e.metrics(), "text/plain; version=0.0.4; charset=utf-8")
         if path == "/metrics" and (e.engine == "vllm" or e.args.flag("enable_metrics")):
             return self._send(200, e.metrics(), "text/plain; version=0.0.4; charset=utf-8")
-        if path == "/version" and e.engine == "vllm":
-            return self._send(200, {"version": flags.VERSIONS["vllm"]})
+        if path == "/version" and e.engine in ("vllm", "trtllm"):
+            return self._send(200, {"version": flags.version(e.engine)})
         if path == "/v1/chat/completions":
             return self._send(405, {"detail": "Method Not Allowed"})
         return self._send(404, {"detail": "Not Found"})

@@ -6,6 +6,14 @@ import re
 import pytest
 
 from ansible_collections.kimi.deploy.plugins.module_utils import _deployment as dm
+from ansible_collections.kimi.deploy.plugins.module_utils import _engines as eng
+from ansible_collections.kimi.deploy.plugins.module_utils import _fit as fitm
+from ansible_collections.kimi.deploy.plugins.module_utils._gpu import summarize_gpus
+
+# (quant, engine) -> KV menu, of the engines this collection serves on NVIDIA through vLLM and SGLang's default versions
+KV_MENUS = dict(((q, e), spec["quants"][q]["kv_menu"]) for e, spec in eng.ENGINES.items() for q in spec["quants"]
+                if e in ("sglang", "vllm"))
+MOE_BACKENDS = eng.ENGINES["vllm"]["quants"]["nvfp4"]["moe_backends"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 FLAGS_DIR = os.path.join(ROOT, "tests", "fixtures", "engine_flags")
@@ -82,25 +90,25 @@ def test_malformed_gpu_lists_raise(bad):
 # --- KV estimate against the runbook's measurements on 8 x 97887 MiB -----------------------------------
 
 def test_kv_estimate_matches_runbook_measurements():
-    sglang_bf16 = dm.kv_capacity_tokens("int4", "sglang", "auto", 0.85, 97887, 8)
-    sglang_fp8 = dm.kv_capacity_tokens("int4", "sglang", "fp8_e4m3", 0.85, 97887, 8)
+    sglang_bf16 = fitm.kv_capacity_tokens("int4", "sglang", "auto", 0.85, 97887, 8)
+    sglang_fp8 = fitm.kv_capacity_tokens("int4", "sglang", "fp8_e4m3", 0.85, 97887, 8)
     assert 110000 <= sglang_bf16 <= 122000          # measured pool: 116K tokens
     assert 220000 <= sglang_fp8 <= 244000           # measured pool: 232K tokens
-    assert dm.kv_capacity_tokens("int4", "vllm", "auto", 0.95, 97887, 8) >= 131072    # verified 0.95 / 131K
-    assert dm.kv_capacity_tokens("int4", "vllm", "fp8", 0.95, 97887, 8) >= 262144     # 256K needs fp8
-    assert dm.kv_capacity_tokens("int4", "vllm", "auto", 0.85, 97887, 8) < dm.MIN_KV_TOKENS  # "won't start"
+    assert fitm.kv_capacity_tokens("int4", "vllm", "auto", 0.95, 97887, 8) >= 131072    # verified 0.95 / 131K
+    assert fitm.kv_capacity_tokens("int4", "vllm", "fp8", 0.95, 97887, 8) >= 262144     # 256K needs fp8
+    assert fitm.kv_capacity_tokens("int4", "vllm", "auto", 0.85, 97887, 8) < fitm.MIN_KV_TOKENS  # "won't start"
 
 
 # --- resolution and refusals ----------------------------------------------------------------------------
 
 def test_nvfp4_on_sglang_is_refused_with_reason():
-    with pytest.raises(dm.DeploymentError, match=r"NaN.*Allowed pairs: int4\+sglang, int4\+vllm, nvfp4\+vllm"):
+    with pytest.raises(dm.DeploymentError, match=r"NaN.*Allowed pairs: int4\+sglang, nvfp4\+trtllm, int4\+vllm, nvfp4\+vllm"):
         resolve(RTX8, quant="nvfp4", engine="sglang")
 
 
 @pytest.mark.parametrize("field, value, message", [
     ("quant", "fp8", r"quant='fp8' is not allowed\. Allowed values: int4, nvfp4, auto"),
-    ("engine", "trtllm", r"engine='trtllm' is not allowed\. Allowed values: sglang, vllm, auto"),
+    ("engine", "tgi", r"engine='tgi' is not allowed\. Allowed values: sglang, trtllm, vllm, auto"),
     ("mem_fraction", 0.9, r"kimi_mem_fraction=0\.9 .*0\.90 OOM-crashes.*\(0, 0\.85\]"),
     ("context_length", 524288, r"kimi_context_length=524288 .*4096 to 262144"),
     ("tp", 6, r"kimi_tensor_parallel=6 .*power of two"),
@@ -117,9 +125,9 @@ def test_bad_inputs_name_the_variable_and_allowed_values(field, value, message):
         resolve(RTX8, **inputs)
 
 
-@pytest.mark.parametrize("quant, engine", sorted(dm.KV_MENUS))
+@pytest.mark.parametrize("quant, engine", sorted(KV_MENUS))
 def test_kv_menus_recommended_first_and_enforced(quant, engine):
-    menu = dm.KV_MENUS[(quant, engine)]
+    menu = KV_MENUS[(quant, engine)]
     assert resolve(RTX8, quant=quant, engine=engine)["kv_cache_dtype"] == menu[0]
     for kv in menu:
         assert resolve(RTX8, quant=quant, engine=engine, kv_cache_dtype=kv,
@@ -131,9 +139,9 @@ def test_kv_menus_recommended_first_and_enforced(quant, engine):
 
 
 def test_runbook_kv_menus():
-    assert dm.KV_MENUS[("int4", "sglang")] == ("fp8_e4m3", "auto", "fp8_e5m2")
-    assert dm.KV_MENUS[("int4", "vllm")] == ("fp8", "auto")
-    assert dm.KV_MENUS[("nvfp4", "vllm")] == ("fp8", "auto")
+    assert KV_MENUS[("int4", "sglang")] == ("fp8_e4m3", "auto", "fp8_e5m2")
+    assert KV_MENUS[("int4", "vllm")] == ("fp8", "auto")
+    assert KV_MENUS[("nvfp4", "vllm")] == ("fp8", "auto")
 
 
 def test_moe_backend_defaults_by_architecture():
@@ -270,8 +278,8 @@ def parse_against_pinned_parser(engine, argv):
     return seen
 
 
-IDENTITY_ROWS = [(q, e, kv, moe) for (q, e), menu in sorted(dm.KV_MENUS.items()) for kv in menu
-                 for moe in (dm.MOE_BACKENDS if q == "nvfp4" else (None,))]
+IDENTITY_ROWS = [(q, e, kv, moe) for (q, e), menu in sorted(KV_MENUS.items()) for kv in menu
+                 for moe in (MOE_BACKENDS if q == "nvfp4" else (None,))]
 
 
 def render(**inputs):
@@ -303,7 +311,8 @@ def test_every_emitted_flag_exists_in_the_pinned_engine(quant, engine, kv, moe):
 
 
 def test_declared_flags_exist_in_pinned_parsers():
-    for engine, args in dm.ENGINE_ARGS.items():
+    for engine in ("sglang", "vllm"):
+        args = eng.ENGINES[engine]["args"]
         options = load_flags(engine)["options"]
         missing = [a.option for a in args if a.option not in options]
         # --quantization is declared for SGLang too (never emitted for INT4) so that extra_args cannot set it.
@@ -311,12 +320,13 @@ def test_declared_flags_exist_in_pinned_parsers():
 
 
 def test_managed_set_is_derived_from_the_declarations_by_dest():
-    for engine, args in dm.ENGINE_ARGS.items():
+    managed = dict((e, eng.managed(e, eng.ENGINES[e]["default_version"])) for e in ("sglang", "vllm"))
+    for engine in managed:
         options = load_flags(engine)["options"]
-        assert set(dm.MANAGED[engine]) == set(options[a.option]["dest"] for a in args)
-    assert {"tensor_parallel_size", "model_path", "quantization", "mem_fraction_static"} <= set(dm.MANAGED["sglang"])
-    assert {"tensor_parallel_size", "model", "moe_backend", "disable_custom_all_reduce"} <= set(dm.MANAGED["vllm"])
-    assert "--tensor-parallel-size" not in [a.option for a in dm.ENGINE_ARGS["sglang"]]  # managed as an alias
+        assert set(managed[engine]) == set(options[a.option]["dest"] for a in eng.ENGINES[engine]["args"])
+    assert {"tensor_parallel_size", "model_path", "quantization", "mem_fraction_static"} <= set(managed["sglang"])
+    assert {"tensor_parallel_size", "model", "moe_backend", "disable_custom_all_reduce"} <= set(managed["vllm"])
+    assert "--tensor-parallel-size" not in [a.option for a in eng.ENGINES["sglang"]["args"]]  # managed as an alias
 
 
 def test_model_argument_and_extra_args():
@@ -326,12 +336,12 @@ def test_model_argument_and_extra_args():
     assert full[:3] == ["vllm", "serve", "moonshotai/Kimi-K2.6"]
     sgl = dm.resolve({"quant": "int4", "engine": "sglang"}, [], require_revision=False)
     assert sgl["argv"][sgl["argv"].index("--model-path") + 1] == "moonshotai/Kimi-K2.6"
-    assert sgl["command"] == sgl["argv"] == dm.command_for(sgl)
+    assert sgl["command"] == sgl["argv"] == eng.command_for(sgl)
 
 
 @pytest.mark.parametrize("inputs, message", [
     ({"quant": "nvfp4", "engine": "sglang"}, "NaN"),
-    ({"quant": "int4"}, r"quant=int4 engine=auto needs GPU facts .*engine \(sglang, vllm\)"),
+    ({"quant": "int4"}, r"quant=int4 engine=auto needs GPU facts .*engine \(sglang, trtllm, vllm\)"),
     ({"quant": "int4", "engine": "sglang", "kv_cache_dtype": "fp8"}, "kimi_kv_cache_dtype='fp8'"),
     ({"quant": "int4", "engine": "vllm", "moe_backend": "marlin"}, "NVFP4 choice"),
     ({"quant": "int4", "engine": "sglang", "mem_fraction": 0.95}, r"\(0, 0\.85\]"),
@@ -346,14 +356,14 @@ def test_refusals_without_gpus(inputs, message):
 def test_engine_argv_renders_without_validating():
     dep = resolve(RTX8, quant="int4", engine="sglang")
     changed = dict(dep, tp=3, port=1, mem_fraction=0.5, extra_args=["--x"])  # values resolve() would refuse
-    argv = dm.engine_argv(changed)
+    argv = eng.engine_argv(changed)
     assert argv[argv.index("--tp-size") + 1] == "3" and argv[argv.index("--port") + 1] == "1"
     assert argv[argv.index("--mem-fraction-static") + 1] == "0.5" and argv[-1] == "--x"
 
 
 def test_resolved_command_matches_engine_argv():
     dep = resolve(RTX8, quant="nvfp4", engine="vllm")
-    assert dep["argv"] == dm.engine_argv(dep)
+    assert dep["argv"] == eng.engine_argv(dep)
     assert dep["command"][:2] == ["vllm", "serve"] and dep["command"][2:] == dep["argv"]
 
 
@@ -391,7 +401,7 @@ def test_extra_args_refuse_managed_flags_in_any_spelling(engine, args, spelling,
 
 
 @pytest.mark.parametrize("engine, args, message", [
-    ("vllm", ["--foo"], r"--foo is not an option of vllm 0\.22\.1, the pinned engine version"),
+    ("vllm", ["--foo"], r"--foo is not an option of vllm 0\.22\.1, the engine version selected"),
     ("sglang", ["--max-num-seqs", "64"], r"--max-num-seqs is not an option of sglang 0\.5\.12\.post1"),
     ("sglang", ["-tp", "4"], r"-tp is not an option of sglang 0\.5\.12\.post1"),
     ("vllm", ["--gpu-memory-util", "0.9"], r"abbreviation of --gpu-memory-utilization; kimi\.deploy requires full"),
@@ -471,27 +481,27 @@ def test_hardware_shape():
                              "kv_tokens_estimate", "fits", "fit_reason", "recommended", "replica_advice"}
     assert hardware["replica_advice"] is None  # it fits alone
     assert (hardware["vram_total_mib"], hardware["vram_min_mib"], hardware["fits"]) == (8 * 97887, 97887, True)
-    assert hardware["kv_tokens_estimate"] == dm.kv_capacity_tokens("int4", "sglang", "fp8_e4m3", 0.85, 97887, 8)
+    assert hardware["kv_tokens_estimate"] == fitm.kv_capacity_tokens("int4", "sglang", "fp8_e4m3", 0.85, 97887, 8)
 
 
 def test_fit_verdict_function():
-    summary = dm.summarize_gpus(RTX8)
-    good = dm.fit("int4", "sglang", "fp8_e4m3", 0.85, 8, summary)
-    assert good["fits"] is True and good["kv_tokens"] >= dm.MIN_KV_TOKENS and good["reason"].startswith("Fits: ")
+    summary = summarize_gpus(RTX8)
+    good = fitm.fit("int4", "sglang", "fp8_e4m3", 0.85, 8, summary)
+    assert good["fits"] is True and good["kv_tokens"] >= fitm.MIN_KV_TOKENS and good["reason"].startswith("Fits: ")
     assert "~227K KV tokens per replica with fp8_e4m3 KV (at least 64K needed" in good["reason"]
-    assert dm.fit("int4", "sglang", "fp8_e4m3", 0.85, 8, summary, min_kv_tokens=10 ** 7)["fits"] is False
-    bf16 = dm.fit("int4", "vllm", "auto", 0.85, 8, summary)
+    assert fitm.fit("int4", "sglang", "fp8_e4m3", 0.85, 8, summary, min_kv_tokens=10 ** 7)["fits"] is False
+    bf16 = fitm.fit("int4", "vllm", "auto", 0.85, 8, summary)
     assert bf16["fits"] is False and "kimi_mem_fraction=0.98" in bf16["reason"]
-    small = dm.fit("int4", "vllm", "fp8", 0.95, 4, dm.summarize_gpus(H100x4))
+    small = fitm.fit("int4", "vllm", "fp8", 0.95, 4, summarize_gpus(H100x4))
     assert small["fits"] is False and "Use more or larger GPUs, e.g. 8 x 96 GB" in small["reason"]
-    old = dm.fit("int4", "vllm", "fp8", 0.95, 8, dm.summarize_gpus(gpus("Tesla V100-SXM2-32GB", "7.0", 32768, 8)))
+    old = fitm.fit("int4", "vllm", "fp8", 0.95, 8, summarize_gpus(gpus("Tesla V100-SXM2-32GB", "7.0", 32768, 8)))
     assert old["fits"] is False and "sm_80 or newer" in old["reason"]
-    assert dm.fit("int4", "vllm", "fp8", 0.95, 8, dm.summarize_gpus([]))["fits"] is False
+    assert fitm.fit("int4", "vllm", "fp8", 0.95, 8, summarize_gpus([]))["fits"] is False
 
 
 def test_recommend_uses_the_same_verdict():
     rec = dm.recommend(RTX8)
-    assert rec["fit_reason"] == dm.fit("int4", "sglang", "fp8_e4m3", 0.85, 8, dm.summarize_gpus(RTX8))["reason"]
+    assert rec["fit_reason"] == fitm.fit("int4", "sglang", "fp8_e4m3", 0.85, 8, summarize_gpus(RTX8))["reason"]
     assert rec["reasons"][-1] == rec["fit_reason"] and rec["vram_total_mib"] == 8 * 97887
 
 

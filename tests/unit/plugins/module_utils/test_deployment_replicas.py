@@ -98,7 +98,7 @@ def test_the_layout_is_overridable_and_must_use_every_gpu_of_the_replica():
 def test_a_replica_without_a_head_address_is_refused_naming_the_variable():
     with pytest.raises(dm.DeploymentError, match=r"kimi_replica_head_address=None is not allowed"):
         dm.resolve({"quant": "int4", "engine": "vllm", "nodes": 2, "revisions": {"int4": SHA}}, H100x8)
-    with pytest.raises(dm.DeploymentError, match=r"kimi_replica_rank=2 is not allowed"):
+    with pytest.raises(dm.DeploymentError, match=r"kimi_replica \(the host's place among the replica's hosts, in inventory order\)=2 is not allowed"):
         replica(H100x8, 2, 2, quant="int4", engine="vllm")
 
 

@@ -19,6 +19,9 @@ from kimi_engine_double.server import EngineDouble  # noqa: E402
 
 # One real-looking line per known failure (vLLM / SGLang / NCCL / Triton / huggingface_hub / docker shapes).
 FAILURE_LINES = {
+    "weights_shm": [  # seed 003, NVIDIA's Kimi K2 Thinking guide on TensorRT-LLM
+        " 1: [nvl72136-T14:452151:0:452151] Caught signal 7 (Bus error: nonexistent physical address)",
+    ],
     "ulimit_denied": [
         "docker: Error response from daemon: failed to create task for container: failed to create shim task: OCI runtime "
         "create failed: runc create failed: unable to start container process: error during container init: error "

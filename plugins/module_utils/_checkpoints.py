@@ -1,0 +1,53 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Kimi-K2.6's checkpoints and the model geometry the fit needs. Private to kimi.deploy.
+
+Which engine serves which checkpoint is the engines' data (_engine_<name>.py), not this file's.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+GIB = 1024 ** 3
+MIB = 1024 ** 2
+GB = 1000 ** 3
+
+CHECKPOINTS = {
+    "int4": {
+        "repo_id": "moonshotai/Kimi-K2.6",
+        "format": "compressed-tensors INT4 QAT (Marlin MoE kernels, auto-detected)",
+        "quant_method": "compressed-tensors",
+        # Released size of the checkpoint (~595 GB of safetensors). hf_snapshot reads exact sizes.
+        "weights_bytes": 595 * GB,
+        "revision_variable": "kimi_int4_revision",
+    },
+    "nvfp4": {
+        "repo_id": "nvidia/Kimi-K2.6-NVFP4",
+        "format": "ModelOpt NVFP4 (FP8 KV scales shipped)",
+        "quant_method": "modelopt",
+        "weights_bytes": 595 * GB,
+        "revision_variable": "kimi_nvfp4_revision",
+    },
+}
+QUANTS = tuple(sorted(CHECKPOINTS))
+
+MAX_CONTEXT = 262144  # the model's 256K window
+DEFAULT_DISK_BYTES = 650 * GB  # free space the weights disk needs for one variant plus slack
+
+# --- KV per token (MLA's latent KV: replicated on every tensor-parallel rank) ------------------------------------
+# Kimi-K2 geometry: 61 layers x (kv_lora_rank 512 + rope 64) latent values per token.
+KV_BYTES_PER_TOKEN = {"bf16": 61 * 576 * 2, "fp8": 61 * 576 * 1}
+KV_ELEMENT = {"auto": "bf16", "bf16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
+
+# --- Weights that tensor parallel does not split ----------------------------------------------------------------
+# Calibrated on the runbook's 8x97887 MiB measurements (SGLang 0.85 bf16 -> ~116K tokens; vLLM 0.95 bf16 -> ~131K
+# usable): embeddings, vision tower and dense layers, held whole on every rank.
+REPLICATED_WEIGHT_BYTES = 4.7 * GB
+# The weights outside the routed experts, which attention data parallel (TensorRT-LLM's enable_attention_dp) holds
+# whole on every rank while expert parallel splits only the experts. From Kimi-K2's config (hidden 7168, 61 layers,
+# 64 MLA heads, q_lora 1536, kv_lora 512, vocab 163840, 1 dense layer, 1 shared expert of 2048) in BF16: attention
+# ~101M params x 61 = 6.2B, embeddings + LM head 2.35B, shared experts 2.6B, dense MLP 0.4B, vision tower 0.4B:
+# ~12B params, ~24 GB. An estimate: the NVFP4 checkpoint keeps them in BF16 (ModelOpt quantizes the experts).
+NON_EXPERT_WEIGHT_BYTES = 24 * GB

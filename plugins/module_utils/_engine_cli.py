@@ -1,0 +1,125 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Reading command-line options the way an engine's own parser would. Private to kimi.deploy.
+
+One engine version's options table (a generated _flags_<engine>_<version> module, see its header) says how its parser
+reads argv: argparse (vLLM, SGLang) or click (trtllm-serve), whether --foo_bar means --foo-bar (vLLM's
+FlexibleArgumentParser), which options take --opt.key VALUE (vLLM's JSON config arguments) and what -O<n> stands for.
+check_extra() reads kimi_engine_extra_args with those rules and refuses what the engine would refuse, or what the
+collection manages. Prefix abbreviations, which argparse would accept, are refused: kimi.deploy requires full names.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from ansible_collections.kimi.deploy.plugins.module_utils._inputs import fail, var
+from ansible_collections.kimi.deploy.plugins.module_utils._validate import full_match
+
+NEGATIVE_NUMBER_RE = re.compile(r"-\d+|-\d*\.\d+")  # argparse reads these as values, not options
+OPTION_RE = re.compile(r"(-[^=\s]*)(?:(=)|\s+)?(.*)", re.S)  # option, then "=value" or " value" (one string)
+
+
+def option_index(table):
+    """Every option string of one engine version's table -> (dest, values)."""
+    index = {}
+    for dest, entry in table["dests"].items():
+        for option in entry[1:]:
+            index[option] = (dest, table["arities"].get(option, entry[0]))
+    return index
+
+
+def _looks_like_value(text):
+    return not text.startswith("-") or text == "-" or full_match(NEGATIVE_NUMBER_RE, text)
+
+
+def _option(table, index, label, name, spelling):
+    """An option as written -> (dest, values, implied value or None, refusal or None), the way the parser reads it:
+    exact names, aliases and short options, vLLM's --foo_bar and --opt.key spellings and -O<n>. Refuses unknown
+    options, naming the engine version (`label`). The refusal is for a spelling the engine would refuse although its
+    dest is known (SGLang's --foo_bar, trtllm-serve's --foo-bar): check_extra raises it unless the dest is managed,
+    which it reports first."""
+    given = name
+    if name.startswith("--") and table["underscores"]:
+        base, dot, key = name.partition(".")
+        name = base.replace("_", "-") + dot + key  # FlexibleArgumentParser rewrites the name before any dot
+    if name in index:
+        return index[name] + (None, None)
+    if table["optimization_level"] and re.match(r"-O\d+$", name):
+        return index[table["optimization_level"]] + (name[2:], None)
+    if table["optimization_level"] and name == "-O":
+        return index[table["optimization_level"]] + (None, None)
+    base, dot, key = name.partition(".")
+    if dot and base in table["dotted"]:
+        if not re.match(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*\+?$", key):
+            fail("extra_args", spelling, None, "%s takes --%s.KEY VALUE with a dotted key of letters, digits "
+                 "and _" % (label, base.lstrip("-")))
+        return index[base][0], 1, None, None
+    for other in (name.replace("_", "-"), "--" + name[2:].replace("-", "_")):
+        if name.startswith("--") and other != name and other in index:
+            how = ("does not accept underscores in option names (plain argparse)" if table["parser"] == "argparse"
+                   else "reads option names exactly as declared (%s)" % table["parser"])
+            return index[other] + (None, "%s %s: write %s" % (label, how, other))
+    why = "%s is not an option of %s, the engine version selected" % (
+        given if given == name else "%s (read as %s)" % (given, name), label)
+    prefixed = sorted(o for o in index if o.startswith(name)) if name.startswith("--") and len(name) > 2 else []
+    if prefixed and table["parser"] == "argparse":
+        why += " (argparse would take it as an abbreviation of %s; kimi.deploy requires full option names)" % (
+            " or ".join(prefixed[:3]))
+    fail("extra_args", spelling, None, why)
+
+
+def check_extra(table, label, managed, extra):
+    """kimi_engine_extra_args, read the way `table`'s parser reads argv, returned as argv elements.
+
+    managed: dest -> the Arg that the collection emits for it (every spelling of a managed dest is refused).
+    Elements are `--flag`, `--flag=value`, `--flag value` as one string (split on the first whitespace), a flag
+    followed by its values as separate elements, aliases and short options (`-tp 4`), vLLM's underscore, dotted
+    and -O<n> spellings. Refused: an option whose dest the collection manages (any spelling), an option the
+    engine version does not have, a value for a switch, a missing value, a value that follows no option.
+    """
+    extra = [] if extra is None or extra == "" else extra
+    if isinstance(extra, str) or not isinstance(extra, (list, tuple)) or not all(isinstance(a, str) for a in extra):
+        fail("extra_args", extra, ["a list of strings, e.g. ['--max-running-requests', '64']"])
+    index = option_index(table)
+    elements = [element.strip() for element in extra]
+    argv = []
+    position = 0
+    while position < len(elements):
+        spelling = elements[position]
+        position += 1
+        if _looks_like_value(spelling):
+            fail("extra_args", spelling, None, "it is not an option and follows no option that takes a value "
+                 "(give options as '--flag', '--flag=value', '--flag value' or '--flag', 'value')")
+        name, equals, rest = OPTION_RE.match(spelling).groups()
+        dest, values, implied, refusal = _option(table, index, label, name, spelling)
+        if dest in managed:  # the managed-flag rule: by dest, so every spelling of a managed flag
+            arg = managed[dest]
+            instead = ("use %s instead" % var(arg.field)) if arg.field else "the collection fixes it for Kimi-K2.6"
+            fail("extra_args", spelling, None, "%s is set by the collection (%s's %s, emitted as %s); %s"
+                 % (name, label, dest, "the model argument" if arg.positional else arg.option, instead))
+        if refusal:
+            fail("extra_args", spelling, None, refusal)
+        given = [rest.strip()] if equals or rest.strip() else []
+        if implied is not None:  # -O3
+            if given:
+                fail("extra_args", spelling, None, "%s already carries its value" % name)
+            given = [implied]
+        if values == 0:
+            if given:
+                fail("extra_args", spelling, None, "%s is a switch and takes no value" % name)
+            argv.append(spelling)
+            continue
+        if not given:
+            limit = 1 if values in (1, "?") else len(elements)
+            while position < len(elements) and len(given) < limit and _looks_like_value(elements[position]):
+                given.append(elements[position])
+                position += 1
+        if not given and values in (1, "+"):
+            fail("extra_args", spelling, None, "%s needs a value, e.g. '%s=VALUE' or '%s', 'VALUE'"
+                 % (name, name, name))
+        argv.extend([spelling] if equals or implied is not None else [name] + given)
+    return argv

@@ -1,0 +1,88 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""SGLang, as data (see _engine_spec for the fields). Private to kimi.deploy.
+
+Sources: the sm_120 runbook (SGLang 0.5.12.post1: flags, memory knob, KV menu, the NVFP4 NaN), the flag lists made
+from the released wheels (tests/fixtures/engine_flags/engine_flags_sglang-<version>.json, `make engine-flags`).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kimi.deploy.plugins.module_utils._engine_spec import (
+    Arg, dist_init_addr, model, multi_node, pipelined, quantization, reasoning_parser, tool_parser)
+from ansible_collections.kimi.deploy.plugins.module_utils._flags_sglang_0_5_12_post1 import OPTIONS as V0_5_12_POST1
+from ansible_collections.kimi.deploy.plugins.module_utils._flags_sglang_0_5_23 import OPTIONS as V0_5_23
+
+ENGINE = {
+    "name": "sglang",
+    "title": "SGLang",
+    "entrypoint": ("python3", "-m", "sglang.launch_server"),
+    "image_entrypoint": False,  # lmsysorg/sglang has no entry point: argv starts with the module
+    "default_version": "0.5.12.post1",
+    "versions": {
+        "0.5.12.post1": {
+            "options": V0_5_12_POST1,
+            "images": {"int4": "lmsysorg/sglang:v0.5.12.post1-cu130"},
+            "local_build": (),
+            "verified": "the sm_120 runbook (8 x RTX PRO 6000): int4 served and verified, 5/5 checks incl. vision",
+            "notes": (),
+        },
+        "0.5.23": {
+            "options": V0_5_23,
+            "images": {"int4": "lmsysorg/sglang:v0.5.23-cu130"},
+            "local_build": (),
+            "verified": None,
+            "notes": (),
+        },
+    },
+    "quants": {
+        # SGLang refuses plain `fp8`; fp8_e4m3 doubles the pool (116K -> 232K tokens on 8 x 96 GB).
+        "int4": {"kv_menu": ("fp8_e4m3", "auto", "fp8_e5m2"), "families": None},
+    },
+    "refused_quants": {
+        "nvfp4": "SGLang's NVFP4 path produces NaN on sm_120 (sgl-project/sglang#18954). NVFP4 runs on engine=vllm "
+                 "(or engine=trtllm on sm_100); for SGLang use quant=int4",
+    },
+    # --mem-fraction-static covers weights + KV pool; transients live outside it (measured on 8 x 96 GB: 0.85 works,
+    # 0.90 OOM-crashes the server).
+    "memory": {"flag": "--mem-fraction-static", "default": 0.85, "max": 0.85, "of": "total",
+               "runtime_reserve_bytes": 0.0,
+               "why_max": "SGLang's --mem-fraction-static covers weights + KV; transients live outside it, and 0.90 "
+                          "OOM-crashes the server",
+               "meaning": "the share of each GPU for the weights and the KV pool (transients outside it)"},
+    "context": "warn",  # SGLang starts whatever the pool; a request longer than the pool cannot be served
+    "multi_node": "tensor",
+    "tool_parser": ("kimi_k2",),
+    "reasoning_parser": ("kimi_k2",),
+    "vision": True,
+    "image_refusals": (
+        (r"[^@]*-runtime(@.*)?$", "the -runtime images lack ninja and nvcc, which SGLang's Marlin MoE JIT needs to "
+                                  "build its kernels at start-up"),
+    ),
+    "shm_bytes": None,
+    "args": (
+        Arg("--model-path", "quant", model),
+        Arg("--tp-size", "tp"),
+        Arg("--trust-remote-code"),
+        Arg("--host", "host"),
+        Arg("--port", "port"),
+        Arg("--served-model-name", "served_model_name"),
+        Arg("--tool-call-parser", value=tool_parser, when=tool_parser),
+        Arg("--reasoning-parser", value=reasoning_parser, when=reasoning_parser),
+        Arg("--mem-fraction-static", "mem_fraction"),
+        Arg("--kv-cache-dtype", "kv_cache_dtype"),
+        Arg("--context-length", "context_length"),
+        Arg("--enable-metrics"),  # vLLM always serves /metrics; SGLang only with this flag
+        Arg("--quantization", "quant", quantization, when=quantization),  # INT4: auto-detected, never emitted
+        Arg("--pp-size", "pp", when=pipelined),
+        # A replica over several hosts: every member runs this with its rank; rank 0 serves HTTP.
+        Arg("--nnodes", "nodes", when=multi_node),
+        Arg("--node-rank", "node_rank", when=multi_node),
+        Arg("--dist-init-addr", "head_address", dist_init_addr, when=multi_node),
+    ),
+    "config": None,
+    "config_path": None,
+}

@@ -1,0 +1,111 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""The pieces an engine's data file (_engine_<name>.py) is written with. Private to kimi.deploy.
+
+An engine file declares ENGINE, a dict read by _engines (the registry), _fit and _deployment:
+  name, title:        engine key (the `engine` input) and its display name.
+  entrypoint:         the server command; image_entrypoint: the image's own entry point is that command (vLLM), so
+                      argv starts after it; otherwise argv starts with it.
+  default_version:    the version served when kimi_engine_version is unset: the newest one verified end to end.
+  versions:           version -> {options: the generated _flags_ table, images: {quant: pinned image},
+                      local_build: quants whose image kimi_image builds, build_bases: {quant: the release image it
+                      builds FROM}, verified: where it was proven (None: only its flags are checked), notes: lines the
+                      plan prints}.
+  quants:             quant -> {kv_menu: KV dtypes, recommended first; moe_backends (optional); families: the
+                      accelerator families it runs on (None: any the checkpoint runs on); families_why}.
+  refused_quants:     quant -> why this engine cannot serve it, with a source.
+  memory:             the memory knob: flag, default, max, why_max, of ("total" or "free", see _fit),
+                      runtime_reserve_bytes, meaning (a sentence for the plan).
+  context:            "strict" (the engine refuses a context above its KV pool) or "warn".
+  multi_node:         "pipeline", "tensor" or None (not served over several hosts; multi_node_why says why).
+  tool_parser, reasoning_parser: the Kimi parser names, first choice first; the first the version's list has is
+                      emitted, none where it has none (the plan and the verify gate say what clients then see).
+  vision:             the engine serves Kimi-K2.6's image input.
+  image_refusals:     ((regex on the image reference, why), ...).
+  shm_bytes:          /dev/shm the engine needs at weight load (None: no check), shm_why.
+  args:               the flags the collection emits, in order (Arg); the managed set is derived from them.
+  config:             None, or a function of the deployment returning the engine's config file (a dict), with
+                      config_managed (dotted key -> field or None), config_defaults (a function of the deployment:
+                      the defaults the user's options override) and config_path (where the container reads it;
+                      kimi_serve mounts the file there).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import CHECKPOINTS
+from ansible_collections.kimi.deploy.plugins.module_utils._inputs import text
+
+
+class Arg:
+    """One engine flag the collection emits.
+
+    option:     the option string emitted (for a positional, the option with the same dest, e.g. vLLM's --model).
+    field:      the deployment key its value comes from, and so the variable (_inputs.VARIABLES) a user sets instead;
+                None for what the collection fixes for Kimi-K2.6.
+    value:      a constant string, or a function of the deployment; default: the deployment's `field`;
+                neither value nor field: a switch.
+    when:       a function of the deployment: emit only when true (the dest is managed either way).
+    positional: emit the value alone (vLLM's `vllm serve <model>`).
+    """
+
+    def __init__(self, option, field=None, value=None, when=None, positional=False):
+        self.option = option
+        self.field = field
+        self.value = value
+        self.when = when
+        self.positional = positional
+
+    def render(self, deployment):
+        if self.when is not None and not self.when(deployment):
+            return []
+        if callable(self.value):
+            value = self.value(deployment)
+        elif self.value is not None:
+            value = self.value
+        elif self.field is not None:
+            value = text(deployment[self.field])
+        else:
+            return [self.option]
+        return [value] if self.positional else [self.option, value]
+
+
+# Functions of a resolved deployment, shared by the engine files.
+def model(deployment):
+    return deployment["checkpoint"]["repo_id"]
+
+
+def quantization(deployment):
+    """The --quantization value of the checkpoint, or None where the engine detects it (INT4 compressed-tensors: a
+    mismatching --quantization fails at start-up)."""
+    return {"modelopt": "modelopt_fp4"}.get(CHECKPOINTS[deployment["quant"]]["quant_method"])
+
+
+def nvfp4(deployment):
+    return deployment["quant"] == "nvfp4"
+
+
+def multi_node(deployment):
+    return deployment["nodes"] > 1
+
+
+def pipelined(deployment):
+    return deployment["pp"] > 1
+
+
+def worker(deployment):
+    return deployment["nodes"] > 1 and deployment["node_rank"] > 0
+
+
+def dist_init_addr(deployment):
+    return "%s:%d" % (deployment["head_address"], deployment["dist_port"])
+
+
+def tool_parser(deployment):
+    return deployment["tool_parser"]
+
+
+def reasoning_parser(deployment):
+    return deployment["reasoning_parser"]

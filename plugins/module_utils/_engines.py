@@ -1,0 +1,188 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""The engines: a registry of the engine data files, and what is read off them. Private to kimi.deploy.
+
+An engine is data (_engine_<name>.py, fields in _engine_spec); a release of it is one entry in its `versions` with a
+flag list generated from the released package (tools/engine_flags.py, tools/gen_flag_modules.py). This module picks
+the version (select_version), derives the flags the collection manages for it (managed), renders the command line
+(engine_argv, command_for) and the config file (engine_config), and reads kimi_engine_extra_args and
+kimi_trtllm_options against that version's own lists. Nothing here knows an engine by name.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from ansible_collections.kimi.deploy.plugins.module_utils._engine_cli import check_extra, option_index
+from ansible_collections.kimi.deploy.plugins.module_utils._engine_sglang import ENGINE as SGLANG
+from ansible_collections.kimi.deploy.plugins.module_utils._engine_trtllm import ENGINE as TRTLLM
+from ansible_collections.kimi.deploy.plugins.module_utils._engine_vllm import ENGINE as VLLM
+from ansible_collections.kimi.deploy.plugins.module_utils._inputs import DeploymentError, fail, var
+
+ENGINES = dict((spec["name"], spec) for spec in (SGLANG, VLLM, TRTLLM))
+ENGINE_NAMES = tuple(sorted(ENGINES))
+ADD_VERSION = "make engine-flags ENGINE=%s VERSION=<version>, then list it in plugins/module_utils/_engine_%s.py"
+
+# The version an image tag names: v0.22.1, v0.5.12.post1-cu130, 1.2.1, 1.3.0rc17 (at the start of the tag).
+TAG_VERSION_RE = re.compile(r"v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+(?:\.post\d+)?)?)(?:$|[-_+])")
+
+
+def image_version(image):
+    """The engine version an image reference's tag names, or None (no tag, a digest only, or a tag like `latest`)."""
+    if not image:
+        return None
+    name = image.split("@", 1)[0]
+    tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else ""
+    match = TAG_VERSION_RE.match(tag)
+    return match.group(1) if match else None
+
+
+def select_version(engine, version, image):
+    """(version, reason) of `engine` for kimi_engine_version `version` (None: unset) and the image override `image`
+    (None: the pinned one). An image whose tag names a version selects it; a version that has no flag list is refused,
+    naming the known ones and the command that adds one."""
+    spec = ENGINES[engine]
+    known = sorted(spec["versions"])
+    tagged = image_version(image)
+    for field, value in (("engine_version", version), ("image", tagged)):
+        if value is not None and value not in spec["versions"]:
+            what = "kimi_engine_version=%r" % value if field == "engine_version" else \
+                "kimi_engine_image=%r names %s %s" % (image, engine, value)
+            raise DeploymentError(
+                "%s, which has no flag list in this collection: its options cannot be checked. Allowed values of "
+                "kimi_engine_version for engine=%s: %s. Add a release with: %s"
+                % (what, engine, ", ".join(known), ADD_VERSION % (engine, engine)))
+    if version is not None and tagged is not None and version != tagged:
+        fail("engine_version", version, [tagged], "kimi_engine_image=%s names %s %s; the flags are checked against "
+             "the version the image runs" % (image, engine, tagged))
+    if version is not None:
+        return version, "%s %s: set by kimi_engine_version." % (spec["title"], version)
+    if tagged is not None:
+        return tagged, "%s %s: named by the tag of kimi_engine_image=%s." % (spec["title"], tagged, image)
+    chosen = spec["default_version"]
+    why = "%s %s: the default, %s." % (spec["title"], chosen, spec["versions"][chosen]["verified"] or "unverified")
+    if image:
+        why += (" kimi_engine_image=%s names no version in its tag: it is trusted to run %s %s (set "
+                "kimi_engine_version otherwise)." % (image, engine, chosen))
+    return chosen, why
+
+
+def options(engine, version):
+    return ENGINES[engine]["versions"][version]["options"]
+
+
+def label(engine, version):
+    return "%s %s" % (engine, version)
+
+
+def managed(engine, version):
+    """dest -> Arg for every flag the collection emits for `engine` (any spelling of it is refused in extra args).
+    A flag the collection emits that this version's list lacks is refused here, naming it."""
+    index = option_index(options(engine, version))
+    out = {}
+    for arg in ENGINES[engine]["args"]:
+        if arg.option not in index:
+            if arg.positional:
+                out[arg.option.lstrip("-")] = arg
+                continue
+            raise DeploymentError(
+                "engine=%s kimi_engine_version=%s: %s, which the collection passes for Kimi-K2.6, is not an option of "
+                "%s. That version needs its own engine data (plugins/module_utils/_engine_%s.py)."
+                % (engine, version, arg.option, label(engine, version), engine))
+        out[index[arg.option][0]] = arg
+    return out
+
+
+def parser_name(engine, version, kind):
+    """The Kimi tool ('tool') or reasoning ('reasoning') parser the version knows (the engine's first choice that its
+    list has), or None."""
+    names = ENGINES[engine]["%s_parser" % kind]
+    opts = options(engine, version)
+    spellings = {"tool": ("--tool-call-parser", "--tool_parser"), "reasoning": ("--reasoning-parser", "--reasoning_parser")}
+    for candidate in spellings[kind]:
+        entry = option_index(opts).get(candidate)
+        if entry:
+            values = opts["values"].get(entry[0])
+            return next((name for name in names if values is None or name in values), None)
+    return None
+
+
+def check_extra_args(engine, version, extra):
+    return check_extra(options(engine, version), label(engine, version), managed(engine, version), extra)
+
+
+def _merge(base, override):
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _check_config_keys(schema, choices, managed_keys, given, prefix, owner):
+    """Each key of `given` (kimi_trtllm_options) against the version's LLM-API schema, recursively."""
+    if not isinstance(given, dict):
+        fail("engine_options", given, ["a dict of %s's LLM-API options, e.g. {max_batch_size: 64}" % owner])
+    for key, value in given.items():
+        dotted = prefix + str(key)
+        if dotted in managed_keys:
+            field = managed_keys[dotted]
+            fail("engine_options", {dotted: value}, None, "%s is set by the collection%s" % (
+                dotted, "; use %s instead" % var(field) if field else " for Kimi-K2.6"))
+        if key not in schema:
+            near = sorted(k for k in schema if k.startswith(str(key)[:4]))[:4]
+            fail("engine_options", {dotted: value}, None, "%s is not an LLM-API option of %s%s" % (
+                dotted, owner, " (near: %s)" % ", ".join(prefix + k for k in near) if near else ""))
+        if isinstance(schema[key], dict):
+            if value is not None:
+                _check_config_keys(schema[key], choices, managed_keys, value, dotted + ".", owner)
+        elif dotted in choices and value is not None and str(value) not in choices[dotted]:
+            fail("engine_options", {dotted: value}, choices[dotted], "%s of %s takes one of its listed values"
+                 % (dotted, owner))
+
+
+def engine_config(engine, version, deployment_fields, user_options):
+    """The engine's config file (a dict) for an engine that takes one, or None: its managed keys from the deployment,
+    over its defaults, under kimi_trtllm_options (checked key by key against the version's schema)."""
+    spec = ENGINES[engine]
+    if spec["config"] is None:
+        if user_options:
+            fail("engine_options", user_options, ["{} (unset)"], "engine=%s takes no config file; its options are "
+                 "kimi_engine_extra_args" % engine)
+        return None
+    schema = spec["versions"][version]["llm_args"]
+    owner = "%s (%s)" % (label(engine, version), schema["class"])
+    user_options = user_options or {}
+    _check_config_keys(schema["keys"], schema["choices"], spec["config_managed"], user_options, "", owner)
+    defaults = spec["config_defaults"](deployment_fields)
+    merged = _merge(_merge(defaults, user_options), spec["config"](deployment_fields))
+    for dotted in spec["config_managed"]:  # the managed keys the collection writes must be in the schema too
+        node = schema["keys"]
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise DeploymentError("engine=%s: the config key %s, which the collection writes, is not an LLM-API "
+                                      "option of %s" % (engine, dotted, owner))
+            node = node[part]
+    return merged
+
+
+def engine_argv(deployment):
+    """The container command after the image, for a deployment resolve() returned: `docker run IMAGE <argv>`.
+
+    Renders only (resolve() validated every value): the engine's args in order, then the extra args. An image
+    without the engine's entry point gets it at the head of argv.
+    """
+    spec = ENGINES[deployment["engine"]]
+    argv = [] if spec["image_entrypoint"] else list(spec["entrypoint"])
+    for arg in spec["args"]:
+        argv.extend(arg.render(deployment))
+    return argv + list(deployment["extra_args"])
+
+
+def command_for(deployment):
+    """The full process command line of a resolved deployment (image entry point included)."""
+    spec = ENGINES[deployment["engine"]]
+    argv = engine_argv(deployment)
+    return list(spec["entrypoint"]) + argv if spec["image_entrypoint"] else argv

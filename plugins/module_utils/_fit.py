@@ -1,0 +1,191 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""The VRAM fit: one verdict, from the settings actually chosen. Private to kimi.deploy.
+
+fit() is the collection's one answer to "can these GPUs serve this deployment": recommend() and resolve() both use it.
+The engine's memory knob is read with that engine's meaning (its data's `memory`):
+- "total":  the knob caps the whole per-GPU footprint (vLLM --gpu-memory-utilization, SGLang --mem-fraction-static):
+            KV = VRAM x knob - weights - the engine's runtime reserve;
+- "free":   the knob is a share of what is free once the weights and the runtime are in place (TensorRT-LLM
+            kv_cache_config.free_gpu_memory_fraction): KV = (VRAM - weights - runtime reserve) x knob.
+With attention data parallel (TensorRT-LLM enable_attention_dp) every rank holds the non-expert weights whole and
+its own KV for its own requests, so a replica holds `ranks` times the per-rank tokens, while one request is bounded
+by one rank's.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import itertools
+
+from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import (
+    CHECKPOINTS, GB, KV_BYTES_PER_TOKEN, KV_ELEMENT, MIB, NON_EXPERT_WEIGHT_BYTES, REPLICATED_WEIGHT_BYTES)
+from ansible_collections.kimi.deploy.plugins.module_utils._engines import ENGINES
+from ansible_collections.kimi.deploy.plugins.module_utils._inputs import fmt, var
+
+MIN_KV_TOKENS = 65536  # below this the pool cannot serve a useful request: "does not fit"
+MAX_NODES = 16
+# What a too-small pool is told to use instead (per-GPU memory that holds the checkpoint at 8-way TP).
+FITTING_POOLS = "8 x 96 GB (RTX PRO 6000 Blackwell), 8 x 141 GB (H200) or 8 x 180 GB (B200)"
+
+
+def weights_per_gpu(quant, tp, pp=1, attention_dp=False):
+    """Bytes of the checkpoint each GPU holds: split by tp x pp, or (attention DP) the experts split by the expert
+    parallel size (tp) and the rest whole on every rank."""
+    total = CHECKPOINTS[quant]["weights_bytes"]
+    if attention_dp:
+        return (total - NON_EXPERT_WEIGHT_BYTES) / float(tp * pp) + NON_EXPERT_WEIGHT_BYTES / float(pp)
+    return total / float(tp * pp) + REPLICATED_WEIGHT_BYTES
+
+
+def kv_capacity_tokens(quant, engine, kv_cache_dtype, mem_fraction, gpu_memory_mib, tp, pp=1, attention_dp=False):
+    """Estimated KV-cache tokens of one rank of `engine` (an estimate, calibrated on the runbook). With pipeline
+    parallel each stage holds 1/pp of the layers, and so 1/pp of each token's KV."""
+    memory = ENGINES[engine]["memory"]
+    vram = gpu_memory_mib * MIB
+    weights = weights_per_gpu(quant, tp, pp, attention_dp)
+    if memory["of"] == "free":
+        free = (vram - weights - memory["runtime_reserve_bytes"]) * mem_fraction
+    else:
+        free = vram * mem_fraction - weights - memory["runtime_reserve_bytes"]
+    if free <= 0:
+        return 0
+    return int(free // (KV_BYTES_PER_TOKEN[KV_ELEMENT[kv_cache_dtype]] / float(pp)))
+
+
+def _gb(count):
+    return count / float(GB)
+
+
+def settings_that_fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens, attention_dp=False):
+    """The smallest change of the user's own settings (tp, memory knob, KV dtype) that fits, as a sentence, or None."""
+    memory = ENGINES[engine]["memory"]
+    kv_menu = ENGINES[engine]["quants"][quant]["kv_menu"]
+    changes = []
+    wider = [t for t in (2, 4, 8, 16, 32, 64) if tp < t <= gpus["count"]]
+    if wider:
+        changes.append(("tp", wider[-1]))
+    if mem_fraction < memory["max"]:
+        changes.append(("mem_fraction", memory["max"]))
+    fp8 = kv_menu[0]
+    if KV_ELEMENT[kv_cache_dtype] != KV_ELEMENT[fp8]:
+        changes.append(("kv_cache_dtype", fp8))
+    for size in range(1, len(changes) + 1):
+        for combo in itertools.combinations(changes, size):
+            settings = {"tp": tp, "mem_fraction": mem_fraction, "kv_cache_dtype": kv_cache_dtype}
+            settings.update(combo)
+            tokens = kv_capacity_tokens(quant, engine, settings["kv_cache_dtype"], settings["mem_fraction"],
+                                        gpus["vram_min_mib"], settings["tp"], attention_dp=attention_dp)
+            if tokens >= min_kv_tokens:
+                return "With %s it would fit (~%dK KV tokens)." % (
+                    " and ".join("%s=%s" % (var(field), value) for field, value in combo), tokens // 1024)
+    return None
+
+
+def fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens=MIN_KV_TOKENS, pp=1, nodes=1,
+        attention_dp=False):
+    """Can `gpus` (a summarize_gpus summary of one host; a replica is `nodes` such hosts) serve the `quant`
+    checkpoint on `engine` with these settings (tp x pp ranks)?
+
+    The one VRAM verdict of the collection: {"fits": bool, "kv_tokens": int (one rank's with attention DP),
+    "settings_advice": the user's own settings that would fit, or None, "reason": a sentence with the numbers
+    (GPUs, per-GPU share of the weights, KV tokens against the minimum, and what would fit)}.
+    A mixed pool is judged by its smallest GPU.
+    """
+    memory = ENGINES[engine]["memory"]
+    checkpoint = CHECKPOINTS[quant]
+    if not gpus["count"]:
+        return {"fits": False, "kv_tokens": 0, "settings_advice": None,
+                "reason": "Does not fit: no NVIDIA GPU was found."}
+    what = "%d x %s" % (gpus["count"], ", ".join(gpus["models"]))
+    if nodes > 1:
+        what = "%d hosts of %s" % (nodes, what)
+    if gpus["arch"] == "unsupported":
+        return {"fits": False, "kv_tokens": 0, "settings_advice": None, "reason": (
+            "Does not fit: %s (%s) is older than Ampere; the INT4 and NVFP4 MoE kernels need sm_80 or newer."
+            % (what, gpus["sm"]))}
+    tokens = kv_capacity_tokens(quant, engine, kv_cache_dtype, mem_fraction, gpus["vram_min_mib"], tp, pp,
+                                attention_dp)
+    share = weights_per_gpu(quant, tp, pp, attention_dp)
+    vram = gpus["vram_min_mib"] * MIB
+    if memory["of"] == "free":
+        usable = (vram - share - memory["runtime_reserve_bytes"]) * mem_fraction
+        room = "; KV gets %s %s of the ~%.0f GB left after the weights and runtime, ~%.0f GB" % (
+            memory["flag"], fmt(mem_fraction), _gb(vram - share - memory["runtime_reserve_bytes"]), _gb(usable))
+    else:
+        room = " in the ~%.0f GB that %s %s %s gives it" % (_gb(vram * mem_fraction), engine, memory["flag"],
+                                                           fmt(mem_fraction))
+    layout = "tensor parallel %d" % tp + (" x pipeline parallel %d" % pp if pp > 1 else "")
+    if attention_dp:
+        layout = "attention data parallel %d + expert parallel %d" % (tp, tp)
+    holds = ("%s on %s with %d MiB each (%.0f GB in all): each GPU %%s ~%.0f GB of the ~%.0f GB %s checkpoint (%s)%s"
+             "%s" % (layout, what, gpus["vram_min_mib"], _gb(gpus["vram_total_mib"] * MIB * nodes), _gb(share),
+                     _gb(checkpoint["weights_bytes"]), quant, checkpoint["repo_id"],
+                     " (the experts split, the rest whole on every rank)" if attention_dp else "", room))
+    per = "per rank (x%d ranks with attention DP; one request fits in one rank's)" % tp if attention_dp \
+        else "per replica"
+    if tokens >= min_kv_tokens:
+        return {"fits": True, "kv_tokens": tokens, "settings_advice": None, "reason": (
+            "Fits: " + holds % "holds"
+            + ", leaving room for ~%dK KV tokens %s with %s KV (at least %dK needed; estimate)."
+            % (tokens // 1024, per, kv_cache_dtype, min_kv_tokens // 1024))}
+    kv_bytes = min_kv_tokens * KV_BYTES_PER_TOKEN[KV_ELEMENT[kv_cache_dtype]] / float(pp)
+    if memory["of"] == "free":
+        needed = share + memory["runtime_reserve_bytes"] + kv_bytes / mem_fraction
+    else:
+        needed = (share + memory["runtime_reserve_bytes"] + kv_bytes) / mem_fraction
+    advice = None
+    if nodes == 1:
+        advice = settings_that_fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens,
+                                   attention_dp)
+    other = advice or ("Add hosts to the replica, or use larger GPUs." if nodes > 1
+                       else "Use more or larger GPUs, e.g. %s." % FITTING_POOLS)
+    return {"fits": False, "kv_tokens": tokens, "settings_advice": advice, "reason": (
+        "Does not fit: " + holds % "would hold"
+        + ", leaving room for %dK KV tokens with %s KV (estimate), below the %dK minimum. It needs about %.0f GB "
+        "per GPU at %s. %s" % (tokens // 1024, kv_cache_dtype, min_kv_tokens // 1024, _gb(needed), layout, other))}
+
+
+def replica_layout(engine, gpus_per_host, nodes, tp=None, pp=None):
+    """(tp, pp, reason) for a replica of `nodes` hosts of `gpus_per_host` GPUs; tp/pp given by the user win.
+
+    One host: tensor parallel over its GPUs. Several: the engine's data says how it spans hosts (`multi_node`):
+    "pipeline" keeps tensor parallel inside each host and pipelines across hosts (vLLM: only the activations between
+    stages cross the host link, which is Ethernet or PCIe class, not NVLink); "tensor" runs one tensor-parallel group
+    over the whole replica (SGLang's multi-node mode).
+    """
+    spec = ENGINES[engine]
+    world = gpus_per_host * nodes
+    if nodes == 1:
+        auto_tp, auto_pp, why = world, 1, None
+    elif spec["multi_node"] == "pipeline":
+        auto_tp, auto_pp = gpus_per_host, nodes
+        why = ("%s across %d hosts: tensor parallel %d inside each host, pipeline parallel %d across them (only "
+               "activations cross the host link between stages; tensor parallel all-reduces stay on NVLink/PCIe)."
+               % (spec["title"], nodes, gpus_per_host, nodes))
+    else:
+        auto_tp, auto_pp = world, 1
+        why = ("%s across %d hosts: tensor parallel %d over the whole replica (%s's multi-node mode, one "
+               "tensor-parallel group, --nnodes %d)." % (spec["title"], nodes, world, spec["title"], nodes))
+    tp = auto_tp if tp is None else tp
+    if pp is None:  # one host: the tp GPUs asked for; several: every GPU of the replica once
+        pp = auto_pp if tp == auto_tp or nodes == 1 else max(1, world // tp)
+    return tp, pp, why
+
+
+def replica_advice(quant, engine, kv_cache_dtype, mem_fraction, gpus, min_kv_tokens=MIN_KV_TOKENS):
+    """For a host that cannot hold the deployment alone: the smallest replica of such hosts that can, as a sentence
+    with the numbers, or None (also for an engine this collection does not run over several hosts)."""
+    if not gpus["count"] or gpus["arch"] == "unsupported" or not ENGINES[engine]["multi_node"]:
+        return None
+    for nodes in range(2, MAX_NODES + 1):
+        tp, pp, _why = replica_layout(engine, gpus["count"], nodes)
+        if tp & (tp - 1):
+            continue
+        verdict = fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens, pp=pp, nodes=nodes)
+        if verdict["fits"]:
+            return ("Does not fit alone; fits as a %d-host replica of such hosts (set kimi_replica to one name on "
+                    "each): %s" % (nodes, verdict["reason"]))
+    return None

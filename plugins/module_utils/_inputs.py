@@ -1,0 +1,103 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""The deployment inputs: the variables users set, the one error type, and the value checks. Private to kimi.deploy.
+
+Every part of the deployment model (_deployment, _engines, _fit, the engine files) refuses a bad input through fail(),
+so every message has one shape: "<variable>=<value> is not allowed: <why>. Allowed values: ...".
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kimi.deploy.plugins.module_utils._validate import full_match
+
+
+class DeploymentError(ValueError):
+    """An input that cannot be deployed. The message names the variable and the allowed values."""
+
+
+# Variable names users set (inventory or -e), by field. Errors name both.
+VARIABLES = {
+    "quant": "quant",
+    "engine": "engine",
+    "engine_version": "kimi_engine_version",
+    "kv_cache_dtype": "kimi_kv_cache_dtype",
+    "moe_backend": "kimi_moe_backend",
+    "context_length": "kimi_context_length",
+    "mem_fraction": "kimi_mem_fraction",
+    "tp": "kimi_tensor_parallel",
+    "host": "kimi_engine_host",
+    "port": "kimi_engine_port",
+    "served_model_name": "kimi_served_model_name",
+    "extra_args": "kimi_engine_extra_args",
+    "engine_options": "kimi_trtllm_options",
+    "revision": "kimi_<quant>_revision",
+    "image": "kimi_engine_image",
+    "pp": "kimi_pipeline_parallel",
+    "nodes": "kimi_replica (the hosts that share it)",
+    "node_rank": "kimi_replica (the host's place among the replica's hosts, in inventory order)",
+    "head_address": "kimi_replica_head_address",
+    "dist_port": "kimi_replica_port",
+}
+
+
+def var(field):
+    """The variable a user sets for `field`."""
+    return VARIABLES.get(field, field)
+
+
+def fail(field, value, allowed, why=None):
+    msg = "%s=%r is not allowed" % (var(field), value)
+    if why:
+        msg += ": %s" % why
+    if allowed:
+        msg += ". Allowed values: %s" % ", ".join(str(a) for a in allowed)
+    raise DeploymentError(msg)
+
+
+def is_unset(value):
+    return value is None or (isinstance(value, str) and value.strip() in ("", "auto"))
+
+
+def check_choice(field, value, allowed, why=None):
+    if value not in allowed:
+        fail(field, value, allowed, why)
+    return value
+
+
+def check_int(field, value, low, high):
+    allowed = ["an integer from %d to %d" % (low, high)]
+    if isinstance(value, bool):
+        fail(field, value, allowed)
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        fail(field, value, allowed)
+    if not low <= number <= high:
+        fail(field, value, allowed)
+    return number
+
+
+def check_text(field, value, pattern, allowed, default):
+    """A string setting matched in full (a trailing newline is refused); unset -> default."""
+    if is_unset(value):
+        return default
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not full_match(pattern, value):
+        fail(field, value, allowed)
+    return value
+
+
+def fmt(number):
+    """A float as the engines' flags take it: 0.85, 0.9, 1.0 (no trailing zeros but one)."""
+    text = ("%.3f" % number).rstrip("0")
+    return text + "0" if text.endswith(".") else text
+
+
+def text(value):
+    if isinstance(value, float):
+        return fmt(value)
+    return str(value)
