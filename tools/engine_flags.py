@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Make an engine's flag list (tests/fixtures/engine_flags/*.json) from its RELEASED package.
 
 Usage::
@@ -249,8 +248,7 @@ def dump_argparse(parser: argparse.ArgumentParser) -> tuple[dict, dict]:
                 short[opt] = longs[0]
         for opt in longs:
             entry = {
-                "choices": [str(c) for c in action.choices]
-                           if action.choices is not None else None,
+                "choices": [str(c) for c in action.choices] if action.choices is not None else None,
                 "takes_value": action.nargs != 0,
                 "aliases": [s for s in action.option_strings if s != opt],
                 "dest": action.dest,
@@ -502,7 +500,7 @@ def run_child(python: Path, engine: str, src: Path, max_stubs: int = 150) -> tup
     """Run the child until it builds the parser, stubbing one missing module per round."""
     stubs = native_modules(src)
     base = len(stubs)
-    for _ in range(max_stubs):
+    for _attempt in range(max_stubs):
         proc = subprocess.run(
             [str(python), str(Path(__file__).resolve()), "--child", engine, str(src),
              "--stubs", ",".join(stubs)],
@@ -886,7 +884,7 @@ def _module_sources(src: Path, package: str, start: str, depth: int = 2) -> dict
     """Source of `start` and of the package modules it imports from (transitively, `depth` hops)."""
     sources: dict[str, str] = {}
     frontier = [start]
-    for _ in range(depth + 1):
+    for _level in range(depth + 1):
         nxt = []
         for mod in frontier:
             if mod in sources:
@@ -1111,7 +1109,7 @@ def _console_script(src: Path) -> str:
         for line in path.read_text().splitlines():
             if line.strip().startswith("trtllm-serve"):
                 target = line.split("=", 1)[1].strip()
-                module, _, attr = target.partition(":")
+                module, _colon, attr = target.partition(":")
                 text_path = src / (module.replace(".", "/") + ".py")
                 kind = "unknown"
                 if text_path.exists():

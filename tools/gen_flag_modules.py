@@ -15,6 +15,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS_DIR = os.path.join(ROOT, "tests", "fixtures", "engine_flags")
@@ -136,8 +137,11 @@ def llm_args_tables(schema):
 def _entry(pad, key, value):
     """`key: value,` on one line, or a tuple value one item a line when the line would pass 120 characters."""
     line = "%s%r: %r," % (pad, key, value)
-    if len(line) <= 120 or not isinstance(value, tuple):
+    if len(line) <= 120 or not isinstance(value, (tuple, str)):
         return [line]
+    if isinstance(value, str):  # a long type text: implicit concatenation of pieces
+        pieces = [value[i:i + 100] for i in range(0, len(value), 100)]
+        return ["%s%r: (" % (pad, key)] + ["%s    %r" % (pad, piece) for piece in pieces] + ["%s)," % pad]
     return ["%s%r: (" % (pad, key)] + ["%s    %r," % (pad, item) for item in value] + ["%s)," % pad]
 
 
@@ -159,7 +163,8 @@ def _dict_lines(name, mapping, indent=0):
 def render_one(data):
     """The text of one module."""
     table = options_table(data)
-    header = HEADER % {"engine": data["engine"], "version": data["version"], "source": data.get("source", "?"),
+    source = textwrap.fill(data.get("source", "?"), 110, initial_indent="    ", subsequent_indent="    ")
+    header = HEADER % {"engine": data["engine"], "version": data["version"], "source": source.lstrip(),
                        "extra_doc": LLM_ARGS_DOC if data.get("llm_args") else ""}
     lines = [header.rstrip("\n"), "", "OPTIONS = {"]
     for key in ("engine", "version", "provenance", "parser", "underscores", "optimization_level"):

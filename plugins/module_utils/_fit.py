@@ -115,8 +115,8 @@ def fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens=MIN
         room = "; KV gets %s %s of the ~%.0f GB left after the weights and runtime, ~%.0f GB" % (
             memory["flag"], fmt(mem_fraction), _gb(vram - share - memory["runtime_reserve_bytes"]), _gb(usable))
     else:
-        room = " in the ~%.0f GB that %s %s %s gives it" % (_gb(vram * mem_fraction), engine, memory["flag"],
-                                                           fmt(mem_fraction))
+        room = " in the ~%.0f GB that %s %s %s gives it" % (
+            _gb(vram * mem_fraction), engine, memory["flag"], fmt(mem_fraction))
     layout = "tensor parallel %d" % tp + (" x pipeline parallel %d" % pp if pp > 1 else "")
     if attention_dp:
         layout = "attention data parallel %d + expert parallel %d" % (tp, tp)

@@ -52,8 +52,7 @@ def _config_lines(d):
             value = node[key]
             if isinstance(value, dict):
                 yield "  %s%s:" % ("  " * indent, key)
-                for line in walk(value, indent + 1):
-                    yield line
+                yield from walk(value, indent + 1)
             else:
                 yield "  %s%s: %s" % ("  " * indent, key, value if isinstance(value, str) else json.dumps(value))
 
@@ -190,4 +189,5 @@ def site_summary(d, host, gpus=None, serve=None, proxy=None, weights=None, marks
     if len(stamps) > 1:
         total = " (total %.1f s)" % (stamps[-1] - stamps[0])
     lines.append("stages: " + ", ".join("%s %s" % st for st in times) + total)
-    return lines
+    # What clients will see that differs from the other engines (no parser, a model id of its own, ...).
+    return lines + ["warning: " + w for w in d.get("warnings", [])]

@@ -242,8 +242,8 @@ def test_good_yaml_serves_health_models_chat_and_tools(flavour, served):
     status, body = call(p.url + "/v1/chat/completions", chat("Weather?", model=MODEL, tools=[WEATHER_TOOL]))
     choice = body["choices"][0]
     assert status == 200 and choice["finish_reason"] == "tool_calls"
-    assert json.loads(choice["message"]["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris",
-                                                                                        "unit": "celsius"}
+    arguments = json.loads(choice["message"]["tool_calls"][0]["function"]["arguments"])
+    assert arguments == {"city": "Paris", "unit": "celsius"}
     status, text = call(p.url + "/v1/chat/completions", chat("Stream", model=MODEL, stream=True), raw=True)
     assert status == 200 and text.rstrip().endswith("data: [DONE]")
     assert call(p.url + "/metrics")[0] == 200  # JSON iteration stats ([] without enable_iter_perf_stats)

@@ -119,7 +119,10 @@ class EngineDouble:
     def trtllm_config(self):
         """trtllm-serve: the YAML config over the CLI's llm_args, checked like TorchLlmArgs(extra='forbid')."""
         table = flags.load_flags("trtllm")
-        warn = lambda msg, level="I": self.log(msg, level=level)  # noqa: E731
+
+        def warn(msg, level="I"):
+            self.log(msg, level=level)
+
         llm, path = trtllm.effective_llm_args(self.args, table, warn)
         self.args.llm_args = llm
         trtllm.fill_args(self.args, llm)
@@ -129,8 +132,9 @@ class EngineDouble:
         shown = ("tensor_parallel_size", "pipeline_parallel_size", "moe_expert_parallel_size", "enable_attention_dp",
                  "max_batch_size", "max_num_tokens", "max_seq_len", "trust_remote_code", "revision", "backend",
                  "kv_cache_config")
-        self.log("%s(model=%r, %s)" % ((table.get("llm_args") or {}).get("class", "TorchLlmArgs"), self.model,
-                                        ", ".join("%s=%r" % (k, llm.get(k)) for k in shown if k in llm)))
+        self.log("%s(model=%r, %s)" % (
+            (table.get("llm_args") or {}).get("class", "TorchLlmArgs"), self.model,
+            ", ".join("%s=%r" % (k, llm.get(k)) for k in shown if k in llm)))
 
     def run(self, stop):
         """Whole life cycle; returns the process exit code (0 after a clean stop)."""

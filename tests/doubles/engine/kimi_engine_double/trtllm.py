@@ -203,8 +203,8 @@ def parse(argv, table):
         raise ClickError("Missing argument '%s'." % (table.get("positionals") or ["model"])[0].upper())
     args.model = positionals.pop(0)
     if positionals:
-        raise ClickError("Got unexpected extra argument%s (%s)" % ("s" if len(positionals) > 1 else "",
-                                                                 " ".join(positionals)))
+        raise ClickError("Got unexpected extra argument%s (%s)" % (
+            "s" if len(positionals) > 1 else "", " ".join(positionals)))
     return args
 
 
@@ -275,8 +275,8 @@ def _check_value(loc, field, value, extra, errors):
         bases = set(re.findall(r"\b(int|float|bool|str)\b", kind))
         if not optional and not field.get("fields") and len(bases) == 1 and field.get("default") is not None:
             base = bases.pop()
-            errors.append((loc, "Input should be a valid %s" % {"int": "integer", "float": "number", "bool": "boolean",
-                                                                  "str": "string"}[base],
+            kind = {"int": "integer", "float": "number", "bool": "boolean", "str": "string"}[base]
+            errors.append((loc, "Input should be a valid %s" % kind,
                            {"str": "string_type"}.get(base, base + "_type"), value))
         return
     if field.get("fields"):

@@ -86,7 +86,7 @@ def test_a_flag_of_one_release_is_refused_for_the_other(engine, option, old, new
 
 def test_an_unknown_version_is_refused_naming_the_known_ones_and_the_command():
     with pytest.raises(dm.DeploymentError, match=r"kimi_engine_version='0\.30\.0'.*Allowed values of kimi_engine_version "
-                       r"for engine=vllm: 0\.22\.1, 0\.33\.0\. Add a release with: make engine-flags ENGINE=vllm "
+                                                 r"for engine=vllm: 0\.22\.1, 0\.33\.0\. Add a release with: make engine-flags ENGINE=vllm "
                        r"VERSION=<version>"):
         resolve(RTX8, quant="int4", engine="vllm", engine_version="0.30.0")
 
@@ -154,11 +154,11 @@ def test_trtllm_options_are_checked_key_by_key_against_the_schema():
     assert dep["engine_config"]["max_batch_size"] == 64
     assert dep["engine_config"]["kv_cache_config"] == {"dtype": "fp8", "free_gpu_memory_fraction": 0.75,
                                                        "enable_block_reuse": False}
-    with pytest.raises(dm.DeploymentError, match=r"kimi_trtllm_options=.*kv_cache_config\.dtype is set by the "
-                                                  r"collection; use kimi_kv_cache_dtype instead"):
+    with pytest.raises(dm.DeploymentError, match=(r"kimi_trtllm_options=.*kv_cache_config\.dtype is set by the "
+                                                  r"collection; use kimi_kv_cache_dtype instead")):
         resolve(B200x8, quant="nvfp4", engine="trtllm", engine_options={"kv_cache_config": {"dtype": "auto"}})
     with pytest.raises(dm.DeploymentError, match=r"tensor_parallel_size is set by the collection; use "
-                                                  r"kimi_tensor_parallel instead"):
+                                                 r"kimi_tensor_parallel instead"):
         resolve(B200x8, quant="nvfp4", engine="trtllm", engine_options={"tensor_parallel_size": 4})
     with pytest.raises(dm.DeploymentError, match=r"max_batch_sizes is not an LLM-API option of trtllm"):
         resolve(B200x8, quant="nvfp4", engine="trtllm", engine_options={"max_batch_sizes": 4})
@@ -180,7 +180,7 @@ def test_trtllm_memory_knob_is_a_share_of_what_is_free_after_the_weights():
     high = resolve(B200x8, quant="nvfp4", engine="trtllm", mem_fraction=0.9)["hardware"]["kv_tokens_estimate"]
     assert abs(high / float(low) - 0.9 / 0.5) < 0.01  # proportional: the weights are outside the fraction
     with pytest.raises(dm.DeploymentError, match=r"kimi_mem_fraction=0\.95.*a share of the memory left after the "
-                                                  r"weights.*\(0, 0\.9\] for kv_cache_config\.free_gpu_memory_fraction"):
+                                                 r"weights.*\(0, 0\.9\] for kv_cache_config\.free_gpu_memory_fraction"):
         resolve(B200x8, quant="nvfp4", engine="trtllm", mem_fraction=0.95)
 
 
@@ -219,7 +219,7 @@ def test_the_plan_prints_the_trtllm_command_and_the_yaml():
 
 def test_trtllm_refuses_a_served_model_name_it_cannot_serve():
     with pytest.raises(dm.DeploymentError, match=r"kimi_served_model_name='kimi-k2\.6' is not allowed: TensorRT-LLM "
-                                                  r"1\.3\.0rc17 has no served-model-name option"):
+                                                 r"1\.3\.0rc17 has no served-model-name option"):
         resolve(B200x8, quant="nvfp4", engine="trtllm", served_model_name="kimi-k2.6")
 
 
