@@ -19,11 +19,12 @@ description:
 options:
   _input:
     description:
-      - User inputs. Keys C(quant), C(engine), C(kv_cache_dtype), C(moe_backend), C(context_length),
-        C(mem_fraction), C(tp), C(host), C(port), C(served_model_name), C(extra_args), C(image),
-        C(revisions) (a dict C({int4 => sha, nvfp4 => sha})), C(min_kv_tokens). Empty, null or C(auto) values
-        are derived.
-      - C(extra_args) is read the way the pinned engine's parser reads it (aliases, short options, C(--flag=value),
+      - User inputs. Keys C(quant), C(engine), C(engine_version), C(kv_cache_dtype), C(moe_backend),
+        C(context_length), C(mem_fraction), C(tp), C(pp), C(host), C(port), C(served_model_name), C(extra_args),
+        C(engine_options) (TensorRT-LLM's LLM-API options), C(image), C(revisions) (a dict
+        C({int4 => sha, nvfp4 => sha})), C(min_kv_tokens), C(nodes), C(node_rank), C(head_address), C(dist_port).
+        Empty, null or C(auto) values are derived.
+      - C(extra_args) is read the way the selected engine version's parser reads it (aliases, short options, C(--flag=value),
         C(--flag value) as one string, vLLM's underscore and dotted spellings); an option the collection manages
         (in any spelling), an option the pinned engine does not have, or a missing value is refused.
     type: dict
@@ -67,8 +68,24 @@ _value:
         C(weights_bytes), C(disk_bytes_required).
       type: dict
     image:
-      description: Pinned engine image (NVFP4 is the locally built patched image), or C(kimi_engine_image).
+      description: Pinned engine image (vLLM's NVFP4 is the locally built patched image), or C(kimi_engine_image).
       type: str
+    engine_version:
+      description: The engine release whose flag list checked the command (C(kimi_engine_version), the image tag's,
+        or the verified default).
+      type: str
+    engine_config:
+      description: The engine's config file as a dict (TensorRT-LLM's LLM-API YAML), or null; C(engine_config_path) is
+        where the container reads it.
+      type: dict
+    verify_checks:
+      description: The checks of M(kimi.deploy.serve_verify) this engine version can pass.
+      type: list
+      elements: str
+    warnings:
+      description: What clients will see that differs (no Kimi parser, the model id), and inputs to fix.
+      type: list
+      elements: str
     extra_args:
       description: The extra engine arguments, as argv elements (C(--flag value) given as one string is split).
       type: list

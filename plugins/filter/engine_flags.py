@@ -13,10 +13,10 @@ version_added: 0.1.0
 author: kimi.deploy contributors
 description:
   - Returns the container command, as a list of strings, exactly as C(docker run IMAGE <command>) takes it.
-  - For C(sglang) (whose image has no entry point) it starts with C(python3 -m sglang.launch_server); for C(vllm)
-    (whose image's entry point is C(vllm serve)) it starts with the model.
-  - Always emits full option names that exist in the pinned engine versions (SGLang 0.5.12.post1, vLLM 0.22.1),
-    C(--trust-remote-code), the C(kimi_k2) tool-call and reasoning parsers, and for vLLM C(--enable-auto-tool-choice)
+  - For C(sglang) (whose image has no entry point) it starts with C(python3 -m sglang.launch_server), for C(trtllm)
+    with C(trtllm-serve); for C(vllm) (whose image's entry point is C(vllm serve)) it starts with the model.
+  - Always emits full option names that exist in the selected engine release's flag list (C(engine_version)),
+    C(--trust-remote-code), the Kimi tool-call and reasoning parsers that release has, and for vLLM C(--enable-auto-tool-choice)
     and C(--mm-encoder-tp-mode data). NVFP4 adds C(--quantization modelopt_fp4), C(--moe-backend) and
     C(--disable-custom-all-reduce); INT4 has no C(--quantization) (compressed-tensors is auto-detected).
   - Refusals (bad values, invalid combinations such as C(nvfp4) on C(sglang), extra arguments that repeat a flag

@@ -14,8 +14,8 @@ author: kimi.deploy contributors
 description:
   - Applies the field-tested rules to the GPUs of one host and says why.
   - sm_120 (RTX PRO 6000 Blackwell) gets C(int4) on C(sglang) with C(fp8_e4m3) KV; sm_100 (B200) gets C(nvfp4)
-    on C(vllm) with the C(flashinfer_cutedsl) MoE backend (marked unverified); Hopper, Ada and Ampere get
-    C(int4) on C(vllm).
+    on C(vllm) with the C(flashinfer_cutedsl) MoE backend (marked unverified; C(trtllm) named as the alternative, with
+    why); Hopper, Ada and Ampere get C(int4) on C(vllm).
   - O(_input) is judged by its weakest GPU. C(fits) is false, with the numbers, when the VRAM pool cannot hold the
     ~595 GB checkpoint plus KV headroom (an estimate calibrated on the reference host's measurements) with the
     recommended settings (every GPU in one tensor-parallel group, the engine's default memory knob). The
@@ -53,7 +53,7 @@ _value:
       description: C(int4) or C(nvfp4).
       type: str
     engine:
-      description: C(sglang) or C(vllm).
+      description: C(sglang), C(vllm) or C(trtllm).
       type: str
     kv_cache_dtype:
       description: Recommended KV-cache dtype for that engine and quant (first entry of its menu).
