@@ -46,7 +46,7 @@ def test_make_plan_prints_the_trtllm_serve_command_and_its_yaml():
     out = " ".join(proc.stdout.split())
     assert proc.returncode == 0, out
     assert "identity: nvfp4-trtllm (quant=nvfp4, engine=trtllm 1.3.0rc17)" in out
-    assert ("command: trtllm-serve nvidia/Kimi-K2.6-NVFP4 --host 127.0.0.1 --port 30000 --extra_llm_api_options "
+    assert ("command: trtllm-serve nvidia/Kimi-K2.6-NVFP4 --host 127.0.0.1 --port 30000 --config "
             "/etc/kimi-k26/engine-config.yaml --tool_parser kimi_k2") in out
     assert "config /etc/kimi-k26/engine-config.yaml, from <kimi_serve_config_dir>/nvfp4-trtllm.yaml on the host:" in out
     for line in ("enable_attention_dp: true", "free_gpu_memory_fraction: 0.75", "dtype: fp8",
