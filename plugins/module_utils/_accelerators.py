@@ -1,9 +1,11 @@
 # -*- coding: utf-8 -*-
 # Copyright: kimi.deploy contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Accelerator families and the identity recommended for each, with the reasons. Private to kimi.deploy.
+"""Accelerator platforms and families, and the identity recommended for each, with the reasons. Private to kimi.deploy.
 
-A family comes from the host's facts (_gpu.summarize_gpus's `arch` for NVIDIA). RECOMMENDED holds, per family, the
+A host is NVIDIA or Ascend from its facts: summarize() reads the accelerator list (gpu_facts's nvidia_gpus, npu_facts's
+ascend_npus, or the kimi_gpus input, whose Ascend entries say platform: ascend) with _gpu.summarize_gpus or
+_npu.summarize_npus, and adds the platform. A family is the summary's `arch`. RECOMMENDED holds, per family, the
 (quant, engine) the collection picks when the user leaves them to it, the MoE backend where it matters, and why, with
 the evidence cited; ALTERNATIVES the engine it would pick for the other quant. A new family is a new entry here.
 """
@@ -11,6 +13,12 @@ the evidence cited; ALTERNATIVES the engine it would pick for the other quant. A
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
+
+from ansible_collections.kimi.deploy.plugins.module_utils._gpu import GpuListError, summarize_gpus
+from ansible_collections.kimi.deploy.plugins.module_utils._npu import NpuListError, summarize_npus
+
+PLATFORMS = ("nvidia", "ascend")
+PLATFORM_TITLES = {"nvidia": "NVIDIA GPUs (CUDA)", "ascend": "Huawei Ascend NPUs (CANN)"}
 
 RECOMMENDED = {
     "blackwell-rtx": {
@@ -47,9 +55,29 @@ RECOMMENDED = {
         "quant": "int4", "engine": "vllm", "moe_backend": None,
         "why": ("%(arch_name)s (%(sm)s) is older than Ampere: the INT4 Marlin MoE kernels need sm_80 or newer.",),
     },
+    # Seed 004 (vLLM-Ascend) is the model's Ascend guide for both servers: one A3 node, or two A2 nodes.
+    "ascend-a3": {
+        "quant": "w4a8", "engine": "vllm", "moe_backend": None,
+        "why": (
+            "%(arch_name)s: W4A8 (Eco-Tech/Kimi-K2.6-W4A8, msModelSlim) is the checkpoint the Ascend engines serve; "
+            "the INT4 and NVFP4 checkpoints need CUDA kernels.",
+            "vLLM-Ascend over SGLang on Ascend: its Kimi-K2.6 guide (vLLM-Ascend v0.20.0rc1, the first release with the "
+            "model) serves one A3 at tensor parallel 4 x data parallel 4 with expert parallel, and two A2 as one "
+            "replica; SGLang-Ascend (v0.5.13.post1, engine=sglang) is the alternative on the A3.",
+        ),
+    },
+    "ascend-a2": {
+        "quant": "w4a8", "engine": "vllm", "moe_backend": None,
+        "why": (
+            "%(arch_name)s: W4A8 (Eco-Tech/Kimi-K2.6-W4A8, msModelSlim) is the checkpoint the Ascend engines serve; "
+            "the INT4 and NVFP4 checkpoints need CUDA kernels.",
+            "vLLM-Ascend: its Kimi-K2.6 guide serves the W4A8 checkpoint on two Atlas 800 A2 (8 x 64 GB each) as one "
+            "replica; the pinned SGLang-Ascend image is the A3 build.",
+        ),
+    },
     None: {
         "quant": "int4", "engine": "vllm", "moe_backend": None,
-        "why": ("No NVIDIA GPU was found: nothing can serve the model on this host.",),
+        "why": ("No NVIDIA GPU or Ascend NPU was found: nothing can serve the model on this host.",),
     },
 }
 RECOMMENDED["ada"] = RECOMMENDED["ampere"] = RECOMMENDED["hopper"]
@@ -59,6 +87,34 @@ ALTERNATIVES = {
     ("blackwell-rtx", "nvfp4"): "vllm",
     ("blackwell-dc", "int4"): "vllm",
 }
+
+
+def is_ascend(entry):
+    """An accelerator list entry that is an Ascend NPU (npu_facts's ascend_npus, or kimi_gpus with platform: ascend)."""
+    return isinstance(entry, dict) and (entry.get("platform") == "ascend" or "chip" in entry)
+
+
+def summarize(accelerators):
+    """The one accelerator summary (summarize_gpus's keys + platform) of an NVIDIA or an Ascend list; a list of both is
+    refused. Raises GpuListError or NpuListError (ValueError both)."""
+    accelerators = accelerators or []
+    if not isinstance(accelerators, (list, tuple)):
+        return summarize_gpus(accelerators)  # raises its own "must be a list" error
+    ascend = [entry for entry in accelerators if is_ascend(entry)]
+    if ascend and len(ascend) != len(accelerators):
+        raise NpuListError("the accelerator list mixes %d Ascend NPU(s) with %d other device(s): one host is NVIDIA "
+                           "or Ascend, not both" % (len(ascend), len(accelerators) - len(ascend)))
+    if ascend:
+        return summarize_npus(ascend)
+    return dict(summarize_gpus(accelerators), platform="nvidia")
+
+
+def platform_of(summary):
+    """nvidia or ascend for a summary; None for an empty one (no accelerator found)."""
+    return summary.get("platform", "nvidia") if summary and summary["count"] else None
+
+
+SUMMARY_ERRORS = (GpuListError, NpuListError)
 
 
 def recommended(summary):

@@ -30,6 +30,18 @@ CHECKPOINTS = {
         "weights_bytes": 595 * GB,
         "revision_variable": "kimi_nvfp4_revision",
     },
+    # Seed 004 (vLLM-Ascend --quantization ascend) and seed 001 (SGLang-Ascend --quantization modelslim): INT4 weights,
+    # INT8 activations, made with msModelSlim; the Ascend engines' own kernels, no CUDA path.
+    "w4a8": {
+        "repo_id": "Eco-Tech/Kimi-K2.6-W4A8",
+        "format": "msModelSlim W4A8 (INT4 weights, INT8 activations; Ascend kernels only)",
+        "quant_method": "ascend",
+        # An estimate: the INT4 experts of the QAT checkpoint, the rest INT8 instead of BF16, so at most its 595 GB
+        # (hf_snapshot reads the exact sizes from the hub when it downloads).
+        "weights_bytes": 595 * GB,
+        "revision_variable": "kimi_w4a8_revision",
+        "non_expert_bytes": 15 * GB,
+    },
 }
 QUANTS = tuple(sorted(CHECKPOINTS))
 
@@ -51,3 +63,10 @@ REPLICATED_WEIGHT_BYTES = 4.7 * GB
 # ~101M params x 61 = 6.2B, embeddings + LM head 2.35B, shared experts 2.6B, dense MLP 0.4B, vision tower 0.4B:
 # ~12B params, ~24 GB. An estimate: the NVFP4 checkpoint keeps them in BF16 (ModelOpt quantizes the experts).
 NON_EXPERT_WEIGHT_BYTES = 24 * GB
+# W4A8 quantizes the attention and shared-expert projections to INT8 as well (~6.2B + 2.6B params at 1 byte) and keeps
+# the embeddings, LM head and vision tower in BF16 (~2.75B x 2): ~15 GB, the checkpoint's `non_expert_bytes`.
+
+
+def non_expert_bytes(quant):
+    """The bytes of `quant`'s checkpoint outside the routed experts."""
+    return CHECKPOINTS[quant].get("non_expert_bytes", NON_EXPERT_WEIGHT_BYTES)

@@ -21,16 +21,16 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.kimi.deploy.plugins.module_utils._accelerators import engine_for, recommended
+from ansible_collections.kimi.deploy.plugins.module_utils._accelerators import (
+    PLATFORM_TITLES, SUMMARY_ERRORS, engine_for, platform_of, recommended, summarize)
 from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import (
     CHECKPOINTS, DEFAULT_DISK_BYTES, KV_ELEMENT, MAX_CONTEXT, QUANTS)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines import (
-    ENGINE_NAMES, ENGINES, check_extra_args, command_for, engine_argv, engine_config, managed, parser_name,
-    select_version)
+    ENGINE_NAMES, ENGINES, build_of, builds_of, check_extra_args, command_for, engine_argv, engine_config, managed,
+    parser_name, pinned_image, select_version)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines import options as eng_options
 from ansible_collections.kimi.deploy.plugins.module_utils._fit import (
     MAX_NODES, MIN_KV_TOKENS, fit, replica_advice, replica_layout)
-from ansible_collections.kimi.deploy.plugins.module_utils._gpu import GpuListError, summarize_gpus
 from ansible_collections.kimi.deploy.plugins.module_utils._inputs import (
     DeploymentError, check_choice, check_int, check_text, fail, is_unset, var)
 from ansible_collections.kimi.deploy.plugins.module_utils._validate import ValueRuleError, check_revision
@@ -62,11 +62,18 @@ VERSION_RE = re.compile(r"[0-9][0-9A-Za-z.+-]{0,31}")
 
 
 def _summary(gpus):
-    """_gpu.summarize_gpus (the one summary shape), its errors as DeploymentError."""
+    """_accelerators.summarize (the one summary shape, NVIDIA or Ascend), its errors as DeploymentError."""
     try:
-        return summarize_gpus(gpus)
-    except GpuListError as exc:
+        return summarize(gpus)
+    except SUMMARY_ERRORS as exc:
         raise DeploymentError(str(exc))
+
+
+def _quant_platform(quant):
+    """The platform a checkpoint runs on when no accelerator facts say (w4a8: Ascend; the others: NVIDIA)."""
+    platforms = set(spec["platform"] for spec in ENGINES.values() if quant in spec["quants"])
+    return "ascend" if platforms == {"ascend"} else "nvidia"
+
 
 
 def _kv_note(kv):
@@ -78,9 +85,11 @@ def _advice(summary):
     pick = recommended(summary)
     why = list(pick["why"])
     if summary["count"] and not summary["homogeneous"]:
-        why.append("Mixed GPUs (%s): judged by the weakest one." % ", ".join(summary["models"]))
-    return {"quant": pick["quant"], "engine": pick["engine"],
-            "kv_cache_dtype": ENGINES[pick["engine"]]["quants"][pick["quant"]]["kv_menu"][0],
+        why.append("Mixed %s (%s): judged by the weakest one." % (
+            "NPUs" if platform_of(summary) == "ascend" else "GPUs", ", ".join(summary["models"])))
+    key = build_of(pick["engine"], platform_of(summary) or "nvidia")
+    return {"quant": pick["quant"], "engine": pick["engine"], "build": key,
+            "kv_cache_dtype": ENGINES[key]["quants"][pick["quant"]]["kv_menu"][0],
             "moe_backend": pick["moe_backend"], "why": why}
 
 
@@ -89,9 +98,10 @@ def recommend(gpus, min_kv_tokens=MIN_KV_TOKENS):
     those recommended settings (fit(), all GPUs in one tensor-parallel group, the engine's default knob)."""
     summary = _summary(gpus)
     advice = _advice(summary)
-    quant, engine, kv = advice["quant"], advice["engine"], advice["kv_cache_dtype"]
-    verdict = fit(quant, engine, kv, ENGINES[engine]["memory"]["default"], max(summary["count"], 1), summary,
-                  min_kv_tokens)
+    quant, engine, kv, key = advice["quant"], advice["engine"], advice["kv_cache_dtype"], advice["build"]
+    tp, pp, dp, _why = replica_layout(key, max(summary["count"], 1), 1)
+    verdict = fit(quant, key, kv, ENGINES[key]["memory"]["default"], tp, summary, min_kv_tokens, pp=pp, dp=dp,
+                  attention_dp=bool(ENGINES[key].get("attention_dp")))
     reasons = list(advice["why"])
     if summary["count"]:
         reasons += [_kv_note(kv), verdict["reason"]]
@@ -107,6 +117,7 @@ def recommend(gpus, min_kv_tokens=MIN_KV_TOKENS):
         "vram_total_mib": summary["vram_total_mib"],
         "arch": summary["arch"],
         "sm": summary["sm"],
+        "platform": platform_of(summary),
         "reasons": reasons,
     }
 
@@ -115,17 +126,43 @@ def recommend(gpus, min_kv_tokens=MIN_KV_TOKENS):
 # Checks that only resolve() calls
 # ---------------------------------------------------------------------------------------------------
 
-def _allowed_pairs():
-    return ", ".join("%s+%s" % (quant, engine) for engine in ENGINE_NAMES for quant in sorted(ENGINES[engine]["quants"]))
+def _allowed_pairs(platform=None):
+    """quant+engine pairs served on `platform`, or on each platform ("...; on Ascend: ...") when None."""
+    if platform is None:
+        return "; ".join("%s%s" % ("on Ascend NPUs: " if p == "ascend" else "", _allowed_pairs(p))
+                         for p in ("nvidia", "ascend"))
+    return ", ".join("%s+%s" % (quant, ENGINES[key]["name"]) for key in sorted(
+        (k for k in ENGINES if ENGINES[k]["platform"] == platform), key=lambda k: ENGINES[k]["name"])
+        for quant in sorted(ENGINES[key]["quants"]))
 
 
 def _check_identity(quant, engine):
     check_choice("quant", quant, QUANTS + ("auto",))
     check_choice("engine", engine, ENGINE_NAMES + ("auto",))
-    if quant != "auto" and engine != "auto" and quant not in ENGINES[engine]["quants"]:
-        why = ENGINES[engine]["refused_quants"].get(quant, "%s does not serve %s" % (engine, quant))
+    if quant != "auto" and engine != "auto" and not any(quant in ENGINES[k]["quants"] for k in builds_of(engine)):
+        key = builds_of(engine)[0]
+        why = ENGINES[key]["refused_quants"].get(quant, "%s does not serve %s" % (engine, quant))
         raise DeploymentError("engine=%s with quant=%s is refused: %s. Allowed pairs: %s"
                               % (engine, quant, why, _allowed_pairs()))
+
+
+def _check_platform(quant, engine, platform, summary):
+    """The build of `engine` for the host's platform, serving `quant`; a CUDA-only identity on Ascend (or the
+    reverse) is refused with the reason."""
+    where = PLATFORM_TITLES[platform]
+    if summary and summary["count"]:
+        where = "%d x %s (%s)" % (summary["count"], ", ".join(summary["models"]), PLATFORM_TITLES[platform])
+    key = build_of(engine, platform)
+    if key is None:
+        other = ENGINES[builds_of(engine)[0]]
+        raise DeploymentError(
+            "engine=%s is refused on %s: %s runs on %s only. Allowed here: %s"
+            % (engine, where, other["title"], PLATFORM_TITLES[other["platform"]], _allowed_pairs(platform)))
+    if quant not in ENGINES[key]["quants"]:
+        why = ENGINES[key]["refused_quants"].get(quant, "%s does not serve %s" % (ENGINES[key]["title"], quant))
+        raise DeploymentError("quant=%s engine=%s is refused on %s: %s. Allowed here: %s"
+                              % (quant, engine, where, why, _allowed_pairs(platform)))
+    return key
 
 
 def _check_family(quant, engine, summary):
@@ -135,10 +172,10 @@ def _check_family(quant, engine, summary):
         return
     raise DeploymentError(
         "quant=%s engine=%s is refused on %d x %s (%s, %s): %s. Allowed here: %s"
-        % (quant, engine, summary["count"], ", ".join(summary["models"]), summary["arch"], summary["sm"],
-           spec["families_why"], ", ".join(
-               "%s+%s" % (q, e) for e in ENGINE_NAMES for q, s in sorted(ENGINES[e]["quants"].items())
-               if s["families"] is None or summary["arch"] in s["families"])))
+        % (quant, ENGINES[engine]["name"], summary["count"], ", ".join(summary["models"]), summary["arch"],
+           summary["sm"], spec["families_why"], ", ".join(
+               "%s+%s" % (q, e["name"]) for e in ENGINES.values() for q, s in sorted(e["quants"].items())
+               if e["platform"] == platform_of(summary) and (s["families"] is None or summary["arch"] in s["families"]))))
 
 
 def _check_kv(quant, engine, kv):
@@ -198,7 +235,7 @@ def _check_revision(quant, revisions, require_revision, warnings):
         raise DeploymentError(str(exc))
 
 
-def _pick_identity(quant, engine, summary, advice, reasons):
+def _pick_identity(quant, engine, summary, advice, reasons, platform):
     """quant and engine with `auto` resolved from the accelerators; the reasons appended."""
     if quant == "auto" or engine == "auto":
         if not summary:
@@ -207,12 +244,15 @@ def _pick_identity(quant, engine, summary, advice, reasons):
                 "(%s), or run against a GPU host (or pass -e @tests/fixtures/gpus/<profile>.json)."
                 % (quant, engine, ", ".join(QUANTS), ", ".join(ENGINE_NAMES)))
         if quant == "auto":
-            served = sorted(ENGINES[engine]["quants"]) if engine != "auto" else [advice["quant"]]
+            key = build_of(engine, platform) if engine != "auto" else None
+            if engine != "auto" and key is None:
+                return quant, engine, True  # _check_platform refuses the engine here, with the reason
+            served = sorted(ENGINES[key]["quants"]) if key else [advice["quant"]]
             quant = advice["quant"] if advice["quant"] in served else served[0]
-            if len(served) == 1 and engine != "auto":
+            if len(served) == 1 and key:
                 other = [q for q in QUANTS if q != quant]
-                why = "%s serves %s only (%s)." % (ENGINES[engine]["title"], quant, "; ".join(
-                    ENGINES[engine]["refused_quants"][q] for q in other if q in ENGINES[engine]["refused_quants"]))
+                why = "%s serves %s only (%s)." % (ENGINES[key]["title"], quant, "; ".join(
+                    ENGINES[key]["refused_quants"][q] for q in other if q in ENGINES[key]["refused_quants"]))
             else:
                 why = "recommended for this hardware."
             reasons.append("quant=%s: %s" % (quant, why))
@@ -230,7 +270,7 @@ def _pick_identity(quant, engine, summary, advice, reasons):
 
 
 def _check_replica(engine, inputs, summary, reasons):
-    """(nodes, node_rank, head_address, dist_port, tp, pp) of this host's replica, validated."""
+    """(nodes, node_rank, head_address, dist_port, tp, pp, dp) of this host's replica, validated."""
     nodes = check_int("nodes", 1 if is_unset(inputs.get("nodes")) else inputs["nodes"], 1, MAX_NODES)
     node_rank = check_int("node_rank", 0 if is_unset(inputs.get("node_rank")) else inputs["node_rank"], 0, nodes - 1)
     head_address = None
@@ -248,25 +288,33 @@ def _check_replica(engine, inputs, summary, reasons):
     # Tensor and pipeline parallel: every GPU of the replica once (replica_layout, overridable).
     tp = None if is_unset(inputs.get("tp")) else check_int("tp", inputs["tp"], 1, 64 * MAX_NODES)
     pp = None if is_unset(inputs.get("pp")) else check_int("pp", inputs["pp"], 1, 61)
+    ascend = ENGINES[engine]["platform"] == "ascend"
+    assumed = 16 if ascend else 8
     if summary is None and tp is None:
-        reasons.append("tensor parallel 8: no GPU facts, assuming the 8-GPU reference pool.")
-    tp, pp, layout_why = replica_layout(engine, summary["count"] if summary else 8, nodes, tp, pp)
+        reasons.append("%s: no accelerator facts, assuming the %d-%s reference host."
+                       % ("Ascend" if ascend else "tensor parallel 8", assumed, "NPU" if ascend else "GPU"))
+    count = summary["count"] if summary else assumed
+    tp, pp, dp, layout_why = replica_layout(engine, count, nodes, tp, pp)
     if layout_why:
         reasons.append(layout_why)
     if tp & (tp - 1):
         fail("tp", tp, [1, 2, 4, 8, 16, 32, 64], "MLA's 64 attention heads split over a power of two")
-    if summary and tp * pp > summary["count"] * nodes:
-        if nodes == 1 and pp == 1:
-            fail("tp", tp, ["1..%d (GPUs found)" % summary["count"]], "more ranks than GPUs")
-        fail("tp", tp, ["tp x pp up to %d (GPUs in the replica: %d host(s) x %d)" % (
-            summary["count"] * nodes, nodes, summary["count"])], "more ranks than GPUs (pp %d)" % pp)
-    if summary and nodes > 1 and tp * pp != summary["count"] * nodes:
-        fail("pp", pp, ["tp x pp = %d, every GPU of the %d hosts" % (summary["count"] * nodes, nodes)],
-             "a multi-host replica gives each engine process all the GPUs of its host (tp %d)" % tp)
-    return nodes, node_rank, head_address, dist_port, tp, pp
+    if summary and tp * pp * dp > count * nodes:
+        if nodes == 1 and pp == 1 and dp == 1:
+            fail("tp", tp, ["1..%d (GPUs found)" % count], "more ranks than GPUs")
+        fail("tp", tp, ["tp x pp x dp up to %d (accelerators in the replica: %d host(s) x %d)" % (
+            count * nodes, nodes, count)], "more ranks than accelerators (pp %d, dp %d)" % (pp, dp))
+    if summary and nodes > 1 and tp * pp * dp != count * nodes:
+        fail("pp", pp, ["tp x pp x dp = %d, every accelerator of the %d hosts" % (count * nodes, nodes)],
+             "a multi-host replica gives each engine process all the accelerators of its host (tp %d, dp %d)"
+             % (tp, dp))
+    if dp > 1 and dp % nodes:
+        fail("tp", tp, ["a tp that leaves a multiple of %d data-parallel ranks" % nodes],
+             "each of the %d hosts runs the same number of data-parallel ranks (dp %d)" % (nodes, dp))
+    return nodes, node_rank, head_address, dist_port, tp, pp, dp
 
 
-def _context(engine, inputs, kv, mem, verdict, summary, warnings):
+def _context(engine, quant, inputs, kv, mem, verdict, summary, warnings):
     """The context length: the model's 256K unless the engine's KV pool says otherwise (vLLM refuses a context above
     its pool; the others start and cannot serve one request that long)."""
     strict = ENGINES[engine]["context"] == "strict"
@@ -290,8 +338,10 @@ def _context(engine, inputs, kv, mem, verdict, summary, warnings):
             "refuses to start ('larger than the available KV cache memory'). Lower the context length, use "
             "kv_cache_dtype fp8, or raise %s." % values)
     if not strict and kv_tokens is not None and ctx > kv_tokens and KV_ELEMENT[kv] == "bf16":
-        warnings.append("context %d exceeds the estimated KV pool (%d tokens): one request that long would not fit; "
-                        "an fp8 KV cache doubles the pool." % (ctx, kv_tokens))
+        fp8 = [k for k in ENGINES[engine]["quants"][quant]["kv_menu"] if KV_ELEMENT[k] == "fp8"]
+        warnings.append("context %d exceeds the estimated KV pool (%d tokens): one request that long would not fit%s."
+                        % (ctx, kv_tokens, "; an fp8 KV cache (%s=%s) doubles the pool" % (var("kv_cache_dtype"), fp8[0])
+                           if fp8 else ""))
     return ctx
 
 
@@ -353,14 +403,19 @@ def resolve(inputs, gpus=None, require_revision=True):
     advice = _advice(summary) if summary else None
     reasons = []
     warnings = []
-    quant, engine, auto = _pick_identity(quant, engine, summary, advice, reasons)
-    spec = ENGINES[engine]
-    _check_family(quant, engine, summary)
+    platform = platform_of(summary) if summary else None
+    quant, engine, auto = _pick_identity(quant, engine, summary, advice, reasons, platform)
+    platform = platform or _quant_platform(quant)
+    # From here on `key` is the engine's build for this platform (vllm-ascend is engine=vllm on Ascend).
+    key = _check_platform(quant, engine, platform, summary)
+    spec = ENGINES[key]
+    _check_family(quant, key, summary)
+    family = summary["arch"] if summary else None
 
     # The engine version: kimi_engine_version, else the one the image's tag names, else the verified default.
     version = check_text("engine_version", inputs.get("engine_version"), VERSION_RE, ["a release, e.g. 0.22.1"], None)
     image = check_text("image", inputs.get("image"), IMAGE_RE, ["an image reference, e.g. registry.local/vllm:1"], None)
-    version, version_why = select_version(engine, version, image)
+    version, version_why = select_version(key, version, image)
     reasons.append(version_why)
     release = spec["versions"][version]
     if quant not in release["images"]:
@@ -368,33 +423,33 @@ def resolve(inputs, gpus=None, require_revision=True):
              "%s %s has no pinned image for quant=%s" % (spec["title"], version, quant))
     reasons.extend(release["notes"])
 
-    kv = _check_kv(quant, engine, inputs.get("kv_cache_dtype"))
+    kv = _check_kv(quant, key, inputs.get("kv_cache_dtype"))
     if auto:
         reasons.append(_kv_note(kv))
-    moe = _check_moe(quant, engine, inputs.get("moe_backend"), summary["arch"] if summary else None)
-    nodes, node_rank, head_address, dist_port, tp, pp = _check_replica(engine, inputs, summary, reasons)
-    mem = _check_mem(engine, inputs.get("mem_fraction"))
+    moe = _check_moe(quant, key, inputs.get("moe_backend"), family)
+    nodes, node_rank, head_address, dist_port, tp, pp, dp = _check_replica(key, inputs, summary, reasons)
+    mem = _check_mem(key, inputs.get("mem_fraction"))
     min_kv = inputs.get("min_kv_tokens")
     min_kv = MIN_KV_TOKENS if is_unset(min_kv) else check_int("min_kv_tokens", min_kv, 0, 64 * MAX_CONTEXT)
 
     # The engine's own options file (TensorRT-LLM's YAML): checked now, since its layout keys change the fit.
     user_options = inputs.get("engine_options") or {}
-    probe = engine_config(engine, version, {"tp": tp, "pp": pp, "context_length": MAX_CONTEXT, "kv_cache_dtype": kv,
-                                            "mem_fraction": mem}, user_options)
-    attention_dp = bool(probe and probe.get("enable_attention_dp"))
+    probe = engine_config(key, version, {"tp": tp, "pp": pp, "context_length": MAX_CONTEXT, "kv_cache_dtype": kv,
+                                         "mem_fraction": mem}, user_options)
+    attention_dp = bool(probe and probe.get("enable_attention_dp")) or bool(spec.get("attention_dp"))
 
     # The fit of the settings chosen (not the recommended ones); more hosts only when no setting of the user's fits.
-    verdict = fit(quant, engine, kv, mem, tp, summary, min_kv, pp=pp, nodes=nodes,
-                  attention_dp=attention_dp) if summary else None
+    verdict = fit(quant, key, kv, mem, tp, summary, min_kv, pp=pp, nodes=nodes,
+                  attention_dp=attention_dp, dp=dp) if summary else None
     kv_tokens = verdict["kv_tokens"] if verdict else None
     if verdict:
         reasons.append(verdict["reason"])
     replica = None
     if verdict and not verdict["fits"] and nodes == 1 and not verdict["settings_advice"]:
-        replica = replica_advice(quant, engine, kv, mem, summary, min_kv)
+        replica = replica_advice(quant, key, kv, mem, summary, min_kv)
     if replica:
         reasons.append(replica)
-    ctx = _context(engine, inputs, kv, mem, verdict, summary, warnings)
+    ctx = _context(key, quant, inputs, kv, mem, verdict, summary, warnings)
 
     port = check_int("port", DEFAULT_PORT if is_unset(inputs.get("port")) else inputs["port"], 1, 65535)
     host = check_text("host", inputs.get("host"), HOST_RE, ["an IP address or host name, e.g. 0.0.0.0 or 127.0.0.1"],
@@ -403,14 +458,15 @@ def resolve(inputs, gpus=None, require_revision=True):
     if host in WILDCARD_HOSTS:
         warnings.append("%s=%s: the engine port %d answers without authentication to every network this host is on; "
                         "the proxy only needs 127.0.0.1." % (var("host"), host, port))
-    image = image or release["images"][quant]
+    pinned = pinned_image(key, version, quant, family)
+    image = image or pinned
     for pattern, why in spec["image_refusals"]:
         if re.match(pattern, image.rsplit("/", 1)[-1]):
-            fail("image", image, ["a full %s tag, e.g. %s" % (spec["title"], release["images"][quant])], why)
-    managed(engine, version)  # every flag the collection emits exists in this version's list
-    extra = check_extra_args(engine, version, inputs.get("extra_args"))
-    tool, reasoning, checks = _capabilities(engine, version, reasons, warnings)
-    if eng_options(engine, version)["provenance"] != "release":
+            fail("image", image, ["a full %s tag, e.g. %s" % (spec["title"], pinned)], why)
+    managed(key, version)  # every flag the collection emits exists in this version's list
+    extra = check_extra_args(key, version, inputs.get("extra_args"))
+    tool, reasoning, checks = _capabilities(key, version, reasons, warnings)
+    if eng_options(key, version)["provenance"] != "release":
         warnings.append("%s %s's flag list is approximate: it was read from upstream source files that are not the "
                         "release's (tests/fixtures/engine_flags/engine_flags_%s-%s.json names them); regenerate it "
                         "from the release with make engine-flags ENGINE=%s VERSION=%s."
@@ -422,6 +478,9 @@ def resolve(inputs, gpus=None, require_revision=True):
         "identity": "%s-%s" % (quant, engine),
         "quant": quant,
         "engine": engine,
+        # The build of the engine for this platform (the registry key of its data), and the platform.
+        "engine_build": key,
+        "platform": platform,
         "engine_title": spec["title"],
         "engine_version": version,
         "engine_verified": release["verified"],
@@ -447,6 +506,7 @@ def resolve(inputs, gpus=None, require_revision=True):
         "moe_backend": moe,
         "tp": tp,
         "pp": pp,
+        "dp": dp,
         "attention_dp": attention_dp,
         # The replica: nodes hosts meeting at head_address:dist_port; rank 0 (the head) serves the API.
         "nodes": nodes,
@@ -470,11 +530,16 @@ def resolve(inputs, gpus=None, require_revision=True):
         "shm_bytes_required": spec["shm_bytes"],
         "shm_why": spec.get("shm_why"),
         "extra_args": extra,
+        # The engine's environment in the container (Ascend: HCCL, allocator and feature switches, seeds 001/004) and
+        # its own /dev/shm size where the container does not share the host's.
+        "container_env": dict(spec["container_env"], **(spec["container_env_multi_node"] if nodes > 1 else {})),
+        "container_shm_bytes": spec["container_shm_bytes"],
         "hardware": None,
     }
     if summary:
         deployment["hardware"] = {
             "gpu_count": summary["count"],
+            "platform": platform,
             "models": summary["models"],
             "arch": summary["arch"],
             "sm": summary["sm"],
@@ -486,7 +551,7 @@ def resolve(inputs, gpus=None, require_revision=True):
             "replica_advice": replica,
             "recommended": dict((k, advice[k]) for k in ("quant", "engine", "kv_cache_dtype", "moe_backend")),
         }
-    deployment["engine_config"] = engine_config(engine, version, deployment, user_options)
+    deployment["engine_config"] = engine_config(key, version, deployment, user_options)
     deployment["engine_config_path"] = spec["config_path"] if deployment["engine_config"] is not None else None
     deployment["argv"] = engine_argv(deployment)
     deployment["command"] = command_for(deployment)

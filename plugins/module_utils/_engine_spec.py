@@ -18,7 +18,14 @@ An engine file declares ENGINE, a dict read by _engines (the registry), _fit and
   memory:             the memory knob: flag, default, max, why_max, of ("total" or "free", see _fit),
                       runtime_reserve_bytes, meaning (a sentence for the plan).
   context:            "strict" (the engine refuses a context above its KV pool) or "warn".
-  multi_node:         "pipeline", "tensor" or None (not served over several hosts; multi_node_why says why).
+  key:                the registry key where it differs from name: a build of the engine for another platform
+                      (vllm-ascend is engine=vllm on Ascend); platform: nvidia (default) or ascend.
+  multi_node:         "pipeline", "tensor", "data" (tensor parallel attention_tp inside each data-parallel rank, the
+                      ranks over the hosts, experts over all) or None (not served over several hosts; multi_node_why).
+  attention_tp:       for "data" (and attention_dp engines): the tensor-parallel size of one data-parallel rank.
+  container_env, container_env_multi_node: the engine's environment in the container (kimi_serve's container.env),
+                      on every host and only in a replica of several; container_shm_bytes: --shm-size where the
+                      container gets its own /dev/shm (Ascend) instead of the host's (--ipc host).
   tool_parser, reasoning_parser: the Kimi parser names, first choice first; the first the version's list has is
                       emitted, none where it has none (the plan and the verify gate say what clients then see).
   vision:             the engine serves Kimi-K2.6's image input.
@@ -97,6 +104,19 @@ def pipelined(deployment):
 
 def worker(deployment):
     return deployment["nodes"] > 1 and deployment["node_rank"] > 0
+
+
+def data_parallel(deployment):
+    return deployment.get("dp", 1) > 1
+
+
+def data_parallel_local(deployment):
+    """The data-parallel ranks on each host of the replica."""
+    return str(deployment["dp"] // deployment["nodes"])
+
+
+def data_parallel_start_rank(deployment):
+    return str(deployment["node_rank"] * (deployment["dp"] // deployment["nodes"]))
 
 
 def dist_init_addr(deployment):

@@ -19,11 +19,41 @@ import re
 from ansible_collections.kimi.deploy.plugins.module_utils._engine_cli import check_extra, option_index
 from ansible_collections.kimi.deploy.plugins.module_utils._engine_sglang import ENGINE as SGLANG
 from ansible_collections.kimi.deploy.plugins.module_utils._engine_trtllm import ENGINE as TRTLLM
+from ansible_collections.kimi.deploy.plugins.module_utils._engine_sglang_ascend import ENGINE as SGLANG_ASCEND
 from ansible_collections.kimi.deploy.plugins.module_utils._engine_vllm import ENGINE as VLLM
+from ansible_collections.kimi.deploy.plugins.module_utils._engine_vllm_ascend import ENGINE as VLLM_ASCEND
 from ansible_collections.kimi.deploy.plugins.module_utils._inputs import DeploymentError, fail, var
 
-ENGINES = dict((spec["name"], spec) for spec in (SGLANG, VLLM, TRTLLM))
-ENGINE_NAMES = tuple(sorted(ENGINES))
+# Keyed by build: an engine (the `engine` input) has one build per accelerator platform it runs on.
+ENGINES = dict((spec.get("key", spec["name"]), spec) for spec in (SGLANG, VLLM, TRTLLM, VLLM_ASCEND, SGLANG_ASCEND))
+for _key, _spec in ENGINES.items():
+    _spec.setdefault("key", _key)
+    _spec.setdefault("platform", "nvidia")
+    _spec.setdefault("container_env", {})
+    _spec.setdefault("container_env_multi_node", {})
+    _spec.setdefault("container_shm_bytes", None)
+    _spec.setdefault("attention_tp", None)
+ENGINE_NAMES = tuple(sorted(set(spec["name"] for spec in ENGINES.values())))
+
+
+def builds_of(engine):
+    """The builds (registry keys) of the engine `engine`, NVIDIA first."""
+    return sorted((key for key, spec in ENGINES.items() if spec["name"] == engine),
+                  key=lambda key: (ENGINES[key]["platform"] != "nvidia", key))
+
+
+def build_of(engine, platform):
+    """The build of `engine` for `platform` (nvidia, ascend), or None where it has none."""
+    return next((key for key in builds_of(engine) if ENGINES[key]["platform"] == platform), None)
+
+
+def pinned_image(key, version, quant, family):
+    """The pinned image of a build's release for `quant` on an accelerator family (a release may pin one per family,
+    e.g. vLLM-Ascend's -a3 build for the A3)."""
+    image = ENGINES[key]["versions"][version]["images"][quant]
+    if isinstance(image, dict):
+        return image.get(family) or image[sorted(image)[-1]]
+    return image
 ADD_VERSION = "make engine-flags ENGINE=%s VERSION=<version>, then list it in plugins/module_utils/_engine_%s.py"
 
 # The version an image tag names: v0.22.1, v0.5.12.post1-cu130, 1.2.1, 1.3.0rc17 (at the start of the tag).
@@ -174,7 +204,7 @@ def engine_argv(deployment):
     Renders only (resolve() validated every value): the engine's args in order, then the extra args. An image
     without the engine's entry point gets it at the head of argv.
     """
-    spec = ENGINES[deployment["engine"]]
+    spec = ENGINES[deployment["engine_build"]]
     argv = [] if spec["image_entrypoint"] else list(spec["entrypoint"])
     for arg in spec["args"]:
         argv.extend(arg.render(deployment))
@@ -183,6 +213,6 @@ def engine_argv(deployment):
 
 def command_for(deployment):
     """The full process command line of a resolved deployment (image entry point included)."""
-    spec = ENGINES[deployment["engine"]]
+    spec = ENGINES[deployment["engine_build"]]
     argv = engine_argv(deployment)
     return list(spec["entrypoint"]) + argv if spec["image_entrypoint"] else argv

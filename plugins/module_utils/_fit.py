@@ -21,7 +21,7 @@ __metaclass__ = type
 import itertools
 
 from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import (
-    CHECKPOINTS, GB, KV_BYTES_PER_TOKEN, KV_ELEMENT, MIB, NON_EXPERT_WEIGHT_BYTES, REPLICATED_WEIGHT_BYTES)
+    CHECKPOINTS, GB, KV_BYTES_PER_TOKEN, KV_ELEMENT, MIB, REPLICATED_WEIGHT_BYTES, non_expert_bytes)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines import ENGINES
 from ansible_collections.kimi.deploy.plugins.module_utils._inputs import fmt, var
 
@@ -31,21 +31,26 @@ MAX_NODES = 16
 FITTING_POOLS = "8 x 96 GB (RTX PRO 6000 Blackwell), 8 x 141 GB (H200) or 8 x 180 GB (B200)"
 
 
-def weights_per_gpu(quant, tp, pp=1, attention_dp=False):
-    """Bytes of the checkpoint each GPU holds: split by tp x pp, or (attention DP) the experts split by the expert
-    parallel size (tp) and the rest whole on every rank."""
+def weights_per_gpu(quant, tp, pp=1, attention_dp=False, dp=1):
+    """Bytes of the checkpoint each accelerator holds: split by tp x pp; or (attention DP) the experts split by the
+    expert parallel size (tp) and the rest whole on every rank; or (data parallel dp, experts over all) the experts
+    split by tp x dp and the rest by tp."""
     total = CHECKPOINTS[quant]["weights_bytes"]
+    rest = non_expert_bytes(quant)
     if attention_dp:
-        return (total - NON_EXPERT_WEIGHT_BYTES) / float(tp * pp) + NON_EXPERT_WEIGHT_BYTES / float(pp)
+        return (total - rest) / float(tp * pp) + rest / float(pp)
+    if dp > 1:
+        return (total - rest) / float(tp * dp * pp) + rest / float(tp * pp)
     return total / float(tp * pp) + REPLICATED_WEIGHT_BYTES
 
 
-def kv_capacity_tokens(quant, engine, kv_cache_dtype, mem_fraction, gpu_memory_mib, tp, pp=1, attention_dp=False):
+def kv_capacity_tokens(quant, engine, kv_cache_dtype, mem_fraction, gpu_memory_mib, tp, pp=1, attention_dp=False,
+                       dp=1):
     """Estimated KV-cache tokens of one rank of `engine` (an estimate, calibrated on the runbook). With pipeline
     parallel each stage holds 1/pp of the layers, and so 1/pp of each token's KV."""
     memory = ENGINES[engine]["memory"]
     vram = gpu_memory_mib * MIB
-    weights = weights_per_gpu(quant, tp, pp, attention_dp)
+    weights = weights_per_gpu(quant, tp, pp, attention_dp, dp)
     if memory["of"] == "free":
         free = (vram - weights - memory["runtime_reserve_bytes"]) * mem_fraction
     else:
@@ -59,12 +64,12 @@ def _gb(count):
     return count / float(GB)
 
 
-def settings_that_fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens, attention_dp=False):
+def settings_that_fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens, attention_dp=False, dp=1):
     """The smallest change of the user's own settings (tp, memory knob, KV dtype) that fits, as a sentence, or None."""
     memory = ENGINES[engine]["memory"]
     kv_menu = ENGINES[engine]["quants"][quant]["kv_menu"]
     changes = []
-    wider = [t for t in (2, 4, 8, 16, 32, 64) if tp < t <= gpus["count"]]
+    wider = [t for t in (2, 4, 8, 16, 32, 64) if tp < t <= gpus["count"]] if dp == 1 else []
     if wider:
         changes.append(("tp", wider[-1]))
     if mem_fraction < memory["max"]:
@@ -77,7 +82,7 @@ def settings_that_fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min
             settings = {"tp": tp, "mem_fraction": mem_fraction, "kv_cache_dtype": kv_cache_dtype}
             settings.update(combo)
             tokens = kv_capacity_tokens(quant, engine, settings["kv_cache_dtype"], settings["mem_fraction"],
-                                        gpus["vram_min_mib"], settings["tp"], attention_dp=attention_dp)
+                                        gpus["vram_min_mib"], settings["tp"], attention_dp=attention_dp, dp=dp)
             if tokens >= min_kv_tokens:
                 return "With %s it would fit (~%dK KV tokens)." % (
                     " and ".join("%s=%s" % (var(field), value) for field, value in combo), tokens // 1024)
@@ -85,7 +90,7 @@ def settings_that_fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min
 
 
 def fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens=MIN_KV_TOKENS, pp=1, nodes=1,
-        attention_dp=False):
+        attention_dp=False, dp=1):
     """Can `gpus` (a summarize_gpus summary of one host; a replica is `nodes` such hosts) serve the `quant`
     checkpoint on `engine` with these settings (tp x pp ranks)?
 
@@ -98,7 +103,8 @@ def fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens=MIN
     checkpoint = CHECKPOINTS[quant]
     if not gpus["count"]:
         return {"fits": False, "kv_tokens": 0, "settings_advice": None,
-                "reason": "Does not fit: no NVIDIA GPU was found."}
+                "reason": "Does not fit: no NVIDIA GPU or Ascend NPU was found."}
+    unit, memory_name = ("NPU", "HBM") if gpus.get("platform") == "ascend" else ("GPU", "VRAM")
     what = "%d x %s" % (gpus["count"], ", ".join(gpus["models"]))
     if nodes > 1:
         what = "%d hosts of %s" % (nodes, what)
@@ -107,8 +113,8 @@ def fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens=MIN
             "Does not fit: %s (%s) is older than Ampere; the INT4 and NVFP4 MoE kernels need sm_80 or newer."
             % (what, gpus["sm"]))}
     tokens = kv_capacity_tokens(quant, engine, kv_cache_dtype, mem_fraction, gpus["vram_min_mib"], tp, pp,
-                                attention_dp)
-    share = weights_per_gpu(quant, tp, pp, attention_dp)
+                                attention_dp, dp)
+    share = weights_per_gpu(quant, tp, pp, attention_dp, dp)
     vram = gpus["vram_min_mib"] * MIB
     if memory["of"] == "free":
         usable = (vram - share - memory["runtime_reserve_bytes"]) * mem_fraction
@@ -120,12 +126,22 @@ def fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens=MIN
     layout = "tensor parallel %d" % tp + (" x pipeline parallel %d" % pp if pp > 1 else "")
     if attention_dp:
         layout = "attention data parallel %d + expert parallel %d" % (tp, tp)
-    holds = ("%s on %s with %d MiB each (%.0f GB in all): each GPU %%s ~%.0f GB of the ~%.0f GB %s checkpoint (%s)%s"
-             "%s" % (layout, what, gpus["vram_min_mib"], _gb(gpus["vram_total_mib"] * MIB * nodes), _gb(share),
-                     _gb(checkpoint["weights_bytes"]), quant, checkpoint["repo_id"],
-                     " (the experts split, the rest whole on every rank)" if attention_dp else "", room))
-    per = "per rank (x%d ranks with attention DP; one request fits in one rank's)" % tp if attention_dp \
-        else "per replica"
+    elif dp > 1:
+        layout = "tensor parallel %d x data parallel %d + expert parallel %d" % (tp, dp, tp * dp)
+    split = ""
+    if attention_dp:
+        split = " (the experts split, the rest whole on every rank)"
+    elif dp > 1:
+        split = " (the experts split %d ways, the rest %d ways)" % (tp * dp, tp)
+    holds = ("%s on %s with %d MiB %s each (%.0f GB in all): each %s %%s ~%.0f GB of the ~%.0f GB %s checkpoint "
+             "(%s)%s%s" % (layout, what, gpus["vram_min_mib"], memory_name,
+                           _gb(gpus["vram_total_mib"] * MIB * nodes), unit, _gb(share),
+                           _gb(checkpoint["weights_bytes"]), quant, checkpoint["repo_id"], split, room))
+    per = "per replica"
+    if attention_dp:
+        per = "per rank (x%d ranks with attention DP; one request fits in one rank's)" % tp
+    elif dp > 1:
+        per = "per data-parallel rank (x%d ranks; one request fits in one rank's)" % dp
     if tokens >= min_kv_tokens:
         return {"fits": True, "kv_tokens": tokens, "settings_advice": None, "reason": (
             "Fits: " + holds % "holds"
@@ -139,25 +155,35 @@ def fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens=MIN
     advice = None
     if nodes == 1:
         advice = settings_that_fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens,
-                                   attention_dp)
-    other = advice or ("Add hosts to the replica, or use larger GPUs." if nodes > 1
-                       else "Use more or larger GPUs, e.g. %s." % FITTING_POOLS)
+                                   attention_dp, dp)
+    other = advice or ("Add hosts to the replica, or use larger %ss." % unit if nodes > 1
+                       else "Use more or larger GPUs, e.g. %s." % FITTING_POOLS if unit == "GPU"
+                       else "Use more NPUs: one Atlas 800 A3 (16 x 64 GB).")
     return {"fits": False, "kv_tokens": tokens, "settings_advice": advice, "reason": (
         "Does not fit: " + holds % "would hold"
         + ", leaving room for %dK KV tokens with %s KV (estimate), below the %dK minimum. It needs about %.0f GB "
-        "per GPU at %s. %s" % (tokens // 1024, kv_cache_dtype, min_kv_tokens // 1024, _gb(needed), layout, other))}
+        "per %s at %s. %s" % (tokens // 1024, kv_cache_dtype, min_kv_tokens // 1024, _gb(needed), unit, layout,
+                              other))}
 
 
 def replica_layout(engine, gpus_per_host, nodes, tp=None, pp=None):
-    """(tp, pp, reason) for a replica of `nodes` hosts of `gpus_per_host` GPUs; tp/pp given by the user win.
+    """(tp, pp, dp, reason) for a replica of `nodes` hosts of `gpus_per_host` accelerators; tp/pp given by the user win.
 
     One host: tensor parallel over its GPUs. Several: the engine's data says how it spans hosts (`multi_node`):
     "pipeline" keeps tensor parallel inside each host and pipelines across hosts (vLLM: only the activations between
     stages cross the host link, which is Ethernet or PCIe class, not NVLink); "tensor" runs one tensor-parallel group
-    over the whole replica (SGLang's multi-node mode).
+    over the whole replica (SGLang's multi-node mode); "data" (vLLM-Ascend) runs tensor parallel `attention_tp` inside
+    each data-parallel rank and the ranks over every accelerator of the replica, one host or several, the experts
+    over all of them.
     """
     spec = ENGINES[engine]
     world = gpus_per_host * nodes
+    if spec["multi_node"] == "data":
+        tp = spec["attention_tp"] if tp is None else tp
+        dp = max(1, world // tp)
+        why = ("%s: tensor parallel %d x data parallel %d + expert parallel %d over %s%d accelerators (seed 004's "
+               "layout)." % (spec["title"], tp, dp, tp * dp, "%d hosts, " % nodes if nodes > 1 else "", world))
+        return tp, 1 if pp is None else pp, dp, why
     if nodes == 1:
         auto_tp, auto_pp, why = world, 1, None
     elif spec["multi_node"] == "pipeline":
@@ -172,7 +198,7 @@ def replica_layout(engine, gpus_per_host, nodes, tp=None, pp=None):
     tp = auto_tp if tp is None else tp
     if pp is None:  # one host: the tp GPUs asked for; several: every GPU of the replica once
         pp = auto_pp if tp == auto_tp or nodes == 1 else max(1, world // tp)
-    return tp, pp, why
+    return tp, pp, 1, why
 
 
 def replica_advice(quant, engine, kv_cache_dtype, mem_fraction, gpus, min_kv_tokens=MIN_KV_TOKENS):
@@ -181,10 +207,11 @@ def replica_advice(quant, engine, kv_cache_dtype, mem_fraction, gpus, min_kv_tok
     if not gpus["count"] or gpus["arch"] == "unsupported" or not ENGINES[engine]["multi_node"]:
         return None
     for nodes in range(2, MAX_NODES + 1):
-        tp, pp, _why = replica_layout(engine, gpus["count"], nodes)
+        tp, pp, dp, _why = replica_layout(engine, gpus["count"], nodes)
         if tp & (tp - 1):
             continue
-        verdict = fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens, pp=pp, nodes=nodes)
+        verdict = fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens, pp=pp, nodes=nodes,
+                      attention_dp=bool(ENGINES[engine].get("attention_dp")), dp=dp)
         if verdict["fits"]:
             return ("Does not fit alone; fits as a %d-host replica of such hosts (set kimi_replica to one name on "
                     "each): %s" % (nodes, verdict["reason"]))

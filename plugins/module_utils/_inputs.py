@@ -36,6 +36,7 @@ VARIABLES = {
     "revision": "kimi_<quant>_revision",
     "image": "kimi_engine_image",
     "pp": "kimi_pipeline_parallel",
+    "dp": "kimi_data_parallel",
     "nodes": "kimi_replica (the hosts that share it)",
     "node_rank": "kimi_replica (the host's place among the replica's hosts, in inventory order)",
     "head_address": "kimi_replica_head_address",

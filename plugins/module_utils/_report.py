@@ -21,10 +21,11 @@ def plan_lines(d):
     if hw:
         nodes = d.get("nodes", 1)
         hardware = "%s%d x %s, %s, %d MiB pool, fits=%s, KV estimate %s tokens" % (
-            "%d hosts of " % nodes if nodes > 1 else "", hw["gpu_count"], "/".join(hw["models"]), hw["sm"],
+            "%d hosts of " % nodes if nodes > 1 else "", hw["gpu_count"], "/".join(hw["models"]),
+            hw["arch"] if d.get("platform") == "ascend" else hw["sm"],
             hw["vram_total_mib"] * nodes, hw["fits"], hw["kv_tokens_estimate"])
     else:
-        hardware = "no GPU facts given"
+        hardware = "no accelerator facts given"
     ckpt = d["checkpoint"]
     return (["identity: %s (quant=%s, engine=%s %s)" % (d["identity"], d["quant"], d["engine"], d["engine_version"])]
             + ["why: " + r for r in d.get("reasons", [])]
@@ -33,13 +34,28 @@ def plan_lines(d):
                "image: %s%s" % (d["image"], " (built locally by kimi_image)" if d["image_is_local_build"] else ""),
                "kv_cache_dtype: %s, moe_backend: %s, %s %s, context %s, tp %s%s" % (
                    d["kv_cache_dtype"], d["moe_backend"] or "n/a", d["memory_flag"], d["mem_fraction"],
-                   d["context_length"], d["tp"], ", attention data parallel" if d.get("attention_dp") else ""),
+                   d["context_length"], d["tp"], _parallel(d)),
                "memory knob: %s is %s" % (d["memory_flag"], d.get("memory_meaning", "?")),
                "served model name: %s on %s:%s" % (d["served_model_name"], d["host"], d["port"]),
                "verify checks: %s" % ", ".join(d.get("verify_checks", []))]
             + _replica_lines(d)
             + _config_lines(d)
+            + (["container environment (%s): %s" % (d["engine_title"], " ".join(
+                "%s=%s" % item for item in sorted(d["container_env"].items())))] if d.get("container_env") else [])
             + ["warning: " + w for w in d.get("warnings", [])])
+
+
+def _parallel(d):
+    if d.get("attention_dp"):
+        return ", attention data parallel"
+    if d.get("dp", 1) > 1:
+        return ", data parallel %d, expert parallel %d" % (d["dp"], d["tp"] * d["dp"])
+    return ""
+
+
+def _layout(d):
+    return "tensor parallel %s x %s" % (d["tp"], "data parallel %s" % d["dp"] if d.get("dp", 1) > 1
+                                        else "pipeline parallel %s" % d["pp"])
 
 
 def _config_lines(d):
@@ -65,8 +81,8 @@ def _replica_lines(d):
     nodes = d.get("nodes", 1)
     if nodes <= 1:
         return ["command: " + " ".join(d["command"])]
-    lines = ["replica: %d hosts meeting at %s:%s, tensor parallel %s x pipeline parallel %s; host 0 (the head) serves "
-             "the API and Caddy runs there" % (nodes, d["head_address"], d["dist_port"], d["tp"], d["pp"])]
+    lines = ["replica: %d hosts meeting at %s:%s, %s; host 0 (the head) serves the API and Caddy runs there"
+             % (nodes, d["head_address"], d["dist_port"], _layout(d))]
     for rank, command in enumerate(d["member_commands"]):
         lines.append("command on host %d%s: %s" % (rank, " (head)" if rank == 0 else "", " ".join(command)))
     return lines
@@ -164,9 +180,9 @@ def site_summary(d, host, gpus=None, serve=None, proxy=None, weights=None, marks
         lines.append("endpoint: %s (model %s, client keys from caddy_proxy_clients%s)" % (
             endpoint, d["served_model_name"], ", CA " + proxy["ca"] if proxy.get("ca") else ""))
     if d["nodes"] > 1:
-        lines.append("replica: %s (rank %s of %s) meeting at %s:%s, tensor parallel %s x pipeline parallel %s" % (
+        lines.append("replica: %s (rank %s of %s) meeting at %s:%s, %s" % (
             ", ".join(serve.get("replica") or ["?"]), d["node_rank"], d["nodes"], d["head_address"], d["dist_port"],
-            d["tp"], d["pp"]))
+            _layout(d)))
     if d["serves_api"]:
         lines.append("engine: %s on the host (%s)" % (d["local_url"], d["memory_flag"] + " " + str(d["mem_fraction"])))
     if check_mode:

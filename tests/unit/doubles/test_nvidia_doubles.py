@@ -28,7 +28,8 @@ SMI = os.path.join(SRC, "nvidia_smi.py")
 CTK = os.path.join(SRC, "nvidia_ctk.py")
 PERSISTENCED = os.path.join(SRC, "nvidia_persistenced.py")
 
-ALL_PROFILES = sorted(f[:-5] for f in os.listdir(PROFILES) if f.endswith(".json"))
+# The NVIDIA profiles (the Ascend ones, platform: ascend, belong to the npu-smi double).
+ALL_PROFILES = sorted(f[:-5] for f in os.listdir(PROFILES) if f.endswith(".json") and not f.startswith("ascend-"))
 REQUIRED_PROFILES = ["b200-x8", "h100-x1", "h100-x4", "h200-x8", "none", "rtx-pro-6000-x8"]
 CDI_KEY_ORDER = ["cdiVersion", "kind", "devices", "containerEdits"]
 

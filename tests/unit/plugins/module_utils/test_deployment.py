@@ -30,8 +30,17 @@ H100x4 = gpus("NVIDIA H100 80GB HBM3", "9.0", 81559, 4)
 B200x8 = gpus("NVIDIA B200", "10.0", 183359, 8)
 
 
+def npus(name, chip, count, chips_per_npu):
+    return [{"index": i, "name": name, "chip": chip, "platform": "ascend", "memory_mib": 65536,
+             "chips_per_npu": chips_per_npu} for i in range(count)]
+
+
+A3x16 = npus("Ascend910", "Ascend910", 16, 2)
+A2x8 = npus("Ascend 910B3", "910B3", 8, 1)
+
+
 def resolve(gpu_list=None, **inputs):
-    inputs.setdefault("revisions", {"int4": SHA, "nvfp4": SHA})
+    inputs.setdefault("revisions", {"int4": SHA, "nvfp4": SHA, "w4a8": SHA})
     return dm.resolve(inputs, gpu_list)
 
 
@@ -107,7 +116,7 @@ def test_nvfp4_on_sglang_is_refused_with_reason():
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("quant", "fp8", r"quant='fp8' is not allowed\. Allowed values: int4, nvfp4, auto"),
+    ("quant", "fp8", r"quant='fp8' is not allowed\. Allowed values: int4, nvfp4, w4a8, auto"),
     ("engine", "tgi", r"engine='tgi' is not allowed\. Allowed values: sglang, trtllm, vllm, auto"),
     ("mem_fraction", 0.9, r"kimi_mem_fraction=0\.9 .*0\.90 OOM-crashes.*\(0, 0\.85\]"),
     ("context_length", 524288, r"kimi_context_length=524288 .*4096 to 262144"),
@@ -477,7 +486,7 @@ def test_the_fit_describes_the_chosen_checkpoint():
 
 def test_hardware_shape():
     hardware = resolve(RTX8)["hardware"]
-    assert set(hardware) == {"gpu_count", "models", "arch", "sm", "vram_total_mib", "vram_min_mib",
+    assert set(hardware) == {"gpu_count", "platform", "models", "arch", "sm", "vram_total_mib", "vram_min_mib",
                              "kv_tokens_estimate", "fits", "fit_reason", "recommended", "replica_advice"}
     assert hardware["replica_advice"] is None  # it fits alone
     assert (hardware["vram_total_mib"], hardware["vram_min_mib"], hardware["fits"]) == (8 * 97887, 97887, True)

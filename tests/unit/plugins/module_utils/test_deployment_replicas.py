@@ -91,7 +91,7 @@ def test_the_recommendation_for_one_4_x_h200_names_the_replica():
 def test_the_layout_is_overridable_and_must_use_every_gpu_of_the_replica():
     d = replica(H100x8, 2, quant="int4", engine="vllm", tp=16, pp=1)  # TP across hosts, by choice
     assert (d["tp"], d["pp"]) == (16, 1)
-    with pytest.raises(dm.DeploymentError, match=r"kimi_pipeline_parallel=1 is not allowed.*tp x pp = 16"):
+    with pytest.raises(dm.DeploymentError, match=r"kimi_pipeline_parallel=1 is not allowed.*tp x pp x dp = 16"):
         replica(H100x8, 2, quant="int4", engine="vllm", tp=8, pp=1)
 
 

@@ -8,7 +8,7 @@ from ansible_collections.kimi.deploy.plugins.module_utils import _deployment as 
 from ansible_collections.kimi.deploy.plugins.module_utils import _engines as eng
 from ansible_collections.kimi.deploy.plugins.module_utils._report import plan_lines
 
-from test_deployment import B200x8, H200x8, RTX8, SHA, gpus
+from test_deployment import A3x16, B200x8, H200x8, RTX8, SHA, gpus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 FLAGS_DIR = os.path.join(ROOT, "tests", "fixtures", "engine_flags")
@@ -17,7 +17,7 @@ TRTLLM = eng.ENGINES["trtllm"]["default_version"]
 
 
 def resolve(gpu_list=None, **inputs):
-    inputs.setdefault("revisions", {"int4": SHA, "nvfp4": SHA})
+    inputs.setdefault("revisions", {"int4": SHA, "nvfp4": SHA, "w4a8": SHA})
     return dm.resolve(inputs, gpu_list)
 
 
@@ -62,12 +62,14 @@ RELEASE_ROWS = [(e, v, q) for e, spec in sorted(eng.ENGINES.items()) for v in so
 
 @pytest.mark.parametrize("engine, version, quant", RELEASE_ROWS)
 def test_every_release_renders_an_argv_its_own_parser_takes(engine, version, quant):
-    hardware = B200x8 if engine == "trtllm" else RTX8
-    dep = resolve(hardware, quant=quant, engine=engine, engine_version=version)
-    assert dep["engine_version"] == version
-    entry = dep["command"][:len(eng.ENGINES[engine]["entrypoint"])]
-    assert entry == list(eng.ENGINES[engine]["entrypoint"])
-    seen = parse(engine, version, dep["command"][len(entry):])
+    spec = eng.ENGINES[engine]
+    hardware = B200x8 if engine == "trtllm" else A3x16 if spec["platform"] == "ascend" else RTX8
+    dep = resolve(hardware, quant=quant, engine=spec["name"], engine_version=version)
+    assert (dep["engine_build"], dep["engine_version"]) == (engine, version)
+    entry = dep["command"][:len(spec["entrypoint"])]
+    assert entry == list(spec["entrypoint"])
+    table = eng.options(engine, version)
+    seen = parse(table["engine"], table["version"], dep["command"][len(entry):])
     assert seen, dep["command"]
     for key in (dep["engine_config"] or {}):  # the YAML's keys, each in the version's LLM-API schema
         assert key in flags(engine, version)["llm_args"]["fields"], key

@@ -1,0 +1,98 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""SGLang on Ascend NPUs (engine=sglang on Ascend), as data (see _engine_spec for the fields). Private to kimi.deploy.
+
+Sources: seed 001 (SGLang's Kimi-K2.6 guide for Ascend, v0.5.13: the image, --quantization modelslim, TP/DP/EP 16 with
+the DeepEP all-to-all, the NPU feature switches, the ready line); the flag list of the released wheel, which is the
+same package as SGLang on CUDA (tests/fixtures/engine_flags/engine_flags_sglang-0.5.13.post1.json, `make engine-flags
+ENGINE=sglang VERSION=0.5.13.post1`: its --quantization has modelslim, --moe-a2a-backend deepep and ascend_fuseep,
+--attention-backend ascend).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import GIB
+from ansible_collections.kimi.deploy.plugins.module_utils._engine_spec import (
+    Arg, model, reasoning_parser, tool_parser)
+from ansible_collections.kimi.deploy.plugins.module_utils._flags_sglang_0_5_13_post1 import OPTIONS as V0_5_13_POST1
+
+ENGINE = {
+    "name": "sglang",
+    "key": "sglang-ascend",
+    "platform": "ascend",
+    "title": "SGLang-Ascend",
+    "entrypoint": ("python3", "-m", "sglang.launch_server"),
+    "image_entrypoint": False,
+    "default_version": "0.5.13.post1",
+    "versions": {
+        "0.5.13.post1": {
+            "options": V0_5_13_POST1,
+            "images": {"w4a8": {"ascend-a3": "quay.io/ascend/sglang:v0.5.13.post1-cann9.0.0-a3"}},
+            "local_build": (),
+            "verified": None,
+            "notes": (),
+        },
+    },
+    "quants": {
+        "w4a8": {"kv_menu": ("auto",), "families": ("ascend-a3",),
+                 "families_why": "SGLang-Ascend's Kimi-K2.6 guide (seed 001) and its pinned image "
+                                 "(quay.io/ascend/sglang:v0.5.13.post1-cann9.0.0-a3) are for the Atlas 800 A3; on the "
+                                 "A2 use engine=vllm (vLLM-Ascend serves two A2 as one replica)"},
+    },
+    "refused_quants": {
+        "int4": "moonshotai/Kimi-K2.6's INT4 (compressed-tensors, Marlin MoE kernels) needs CUDA; on Ascend the "
+                "checkpoint is Eco-Tech/Kimi-K2.6-W4A8: use quant=w4a8",
+        "nvfp4": "NVFP4 needs NVIDIA's FP4 tensor cores (Blackwell); on Ascend use quant=w4a8",
+    },
+    # The same knob as on CUDA (weights + KV pool; transients outside it); 0.85 leaves each A3 chip ~7 GB of KV at
+    # attention DP 16 (estimate); seed 001 sets none and leaves it to the engine.
+    "memory": {"flag": "--mem-fraction-static", "default": 0.85, "max": 0.9, "of": "total",
+               "runtime_reserve_bytes": 0.0,
+               "why_max": "SGLang's --mem-fraction-static covers weights + KV; the NPU graphs and DeepEP buffers live "
+                          "outside it",
+               "meaning": "the share of each NPU's HBM for the weights and the KV pool (transients outside it)"},
+    "context": "warn",
+    "multi_node": None,
+    "multi_node_why": "SGLang-Ascend's Kimi-K2.6 guide (seed 001) serves one Atlas 800 A3 in this mode (PD mixed); its "
+                      "multi-node layouts are prefill/decode disaggregated. Use engine=vllm for a replica over hosts",
+    # Attention data parallel 16 (every rank its own requests and KV) with the experts over all 16 (seed 001).
+    "attention_dp": True,
+    "tool_parser": ("kimi_k2",),
+    "reasoning_parser": ("kimi_k2",),
+    "vision": True,
+    "image_refusals": (),
+    "shm_bytes": None,
+    "container_shm_bytes": 16 * GIB,  # seed 001: --shm-size=16g
+    "container_env": {
+        "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
+        # Seed 001's feature switches: the overlap schedule, the MLAPO fused operator, multistream MoE.
+        "SGLANG_ENABLE_OVERLAP_PLAN_STREAM": "1",
+        "SGLANG_NPU_USE_MLAPO": "1",
+        "SGLANG_NPU_USE_MULTI_STREAM": "1",
+    },
+    "args": (
+        Arg("--model-path", "quant", model),
+        Arg("--quantization", "quant", value="modelslim"),
+        Arg("--tp-size", "tp"),
+        Arg("--dp-size", "tp"),
+        Arg("--enable-dp-attention"),
+        Arg("--ep-size", "tp"),
+        Arg("--moe-a2a-backend", value="deepep"),
+        Arg("--deepep-mode", value="auto"),
+        Arg("--attention-backend", value="ascend"),
+        Arg("--trust-remote-code"),
+        Arg("--host", "host"),
+        Arg("--port", "port"),
+        Arg("--served-model-name", "served_model_name"),
+        Arg("--tool-call-parser", value=tool_parser, when=tool_parser),
+        Arg("--reasoning-parser", value=reasoning_parser, when=reasoning_parser),
+        Arg("--mem-fraction-static", "mem_fraction"),
+        Arg("--context-length", "context_length"),
+        Arg("--enable-metrics"),
+    ),
+    "config": None,
+    "config_path": None,
+}
