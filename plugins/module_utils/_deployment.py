@@ -75,7 +75,6 @@ def _quant_platform(quant):
     return "ascend" if platforms == {"ascend"} else "nvidia"
 
 
-
 def _kv_note(kv):
     return "KV cache %s: %s." % (kv, KV_NOTES[kv])
 

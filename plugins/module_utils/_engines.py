@@ -54,6 +54,8 @@ def pinned_image(key, version, quant, family):
     if isinstance(image, dict):
         return image.get(family) or image[sorted(image)[-1]]
     return image
+
+
 ADD_VERSION = "make engine-flags ENGINE=%s VERSION=<version>, then list it in plugins/module_utils/_engine_%s.py"
 
 # The version an image tag names: v0.22.1, v0.5.12.post1-cu130, 1.2.1, 1.3.0rc17 (at the start of the tag).
@@ -84,7 +86,8 @@ def select_version(engine, version, image):
             raise DeploymentError(
                 "%s, which has no flag list in this collection: its options cannot be checked. Allowed values of "
                 "kimi_engine_version for engine=%s: %s. Add a release with: %s"
-                % (what, engine, ", ".join(known), ADD_VERSION % (engine, engine)))
+                % (what, spec["name"], ", ".join(known), ADD_VERSION % (
+                    (spec["versions"][known[-1]].get("parser_of") or (spec["name"],))[0], engine.replace("-", "_"))))
     if version is not None and tagged is not None and version != tagged:
         fail("engine_version", version, [tagged], "kimi_engine_image=%s names %s %s; the flags are checked against "
              "the version the image runs" % (image, engine, tagged))

@@ -64,7 +64,7 @@ def test_plan_recommends_from_gpus_when_not_told():
 
 @pytest.mark.parametrize("extra, message", [
     (["-e", "quant=nvfp4", "-e", "engine=sglang"], "SGLang's NVFP4 path produces NaN"),
-    (["-e", "quant=int8", "-e", "engine=vllm"], "quant='int8' is not allowed. Allowed values: int4, nvfp4, auto"),
+    (["-e", "quant=int8", "-e", "engine=vllm"], "quant='int8' is not allowed. Allowed values: int4, nvfp4, w4a8, auto"),
     (["-e", "quant=int4", "-e", "engine=sglang", "-e", "kimi_kv_cache_dtype=fp8"],
      "kimi_kv_cache_dtype='fp8' is not allowed"),
     ([], "needs GPU facts"),
@@ -294,3 +294,17 @@ def test_site_refuses_a_bad_fleet_serial_naming_the_variable(tmp_path):
     assert "kimi_fleet_serial must be a count of replicas (a host alone is one; 1, 2, ...) or a percentage of them " \
         "(25%), got '0'" in re.sub(r"\s+", " ", out), out[-3000:]
     assert_nothing_changed(out, "gpu1", "gpu2")
+
+
+def test_make_plan_prints_the_two_host_a2_replica():
+    """The README's `make plan GPUS=ascend-a2-x8 HOSTS=2`: vLLM-Ascend over two Atlas 800 A2, each member's command."""
+    proc = subprocess.run(["make", "--no-print-directory", "plan", "GPUS=ascend-a2-x8", "HOSTS=2"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 0, out
+    assert "identity: w4a8-vllm (quant=w4a8, engine=vllm 0.20.2rc1)" in out
+    assert "image: quay.io/ascend/vllm-ascend:v0.20.2rc1" in out
+    assert "replica: 2 hosts meeting at head.replica.example:29500, tensor parallel 4 x data parallel 4" in out
+    assert "--data-parallel-size-local 2 --data-parallel-address head.replica.example --data-parallel-rpc-port 29500 " \
+           "--data-parallel-start-rank 2 --headless" in out
+    assert "fits=True" in out and "HCCL_OP_EXPANSION_MODE=AIV" in out
