@@ -308,3 +308,14 @@ def test_make_plan_prints_the_two_host_a2_replica():
     assert "--data-parallel-size-local 2 --data-parallel-address head.replica.example --data-parallel-rpc-port 29500 " \
            "--data-parallel-start-rank 2 --headless" in out
     assert "fits=True" in out and "HCCL_OP_EXPANSION_MODE=AIV" in out
+
+
+def test_site_refuses_an_ascend_deployment_before_any_change(tmp_path):
+    """Ascend hosts are planned, not provisioned yet: site.yml must stop before nvidia_host could run on an NPU host."""
+    inventory = local_inventory(tmp_path)
+    rc, out = playbook("-i", str(inventory), "site.yml", "-e", "@tests/fixtures/gpus/ascend-a3-x16.json",
+                       "-e", "kimi_w4a8_revision=" + SHA, "-e", STRONG_KEY)
+    assert rc != 0
+    assert "w4a8-vllm runs on Huawei Ascend NPUs (vLLM-Ascend), which site.yml cannot provision yet" in " ".join(
+        out.split()), out
+    assert "Nothing was changed" in out and "Turn the host into a GPU container host" not in out
