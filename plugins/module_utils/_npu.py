@@ -43,6 +43,19 @@ STATUSES = ("ok", "no_driver", "no_npu", "no_npu_smi", "error")
 CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
 DAVINCI_RE = re.compile(r"^davinci(\d+)$")
 
+# What a container that uses the NPUs mounts from the host, read-only (seed 004's `docker run`; seed 001 mounts the
+# whole driver folder and runs --privileged, which this collection does not): the DCMI library npu-smi needs, hccn_tool
+# (the NPU network's settings), npu-smi, the driver's libraries and version, and the install record.
+CONTAINER_MOUNTS = (
+    "/usr/local/dcmi",
+    "/usr/local/Ascend/driver/tools/hccn_tool",
+    "/usr/local/bin/npu-smi",
+    "/usr/local/Ascend/driver/lib64",
+    "/usr/local/Ascend/driver/version.info",
+    "/etc/ascend_install.info",
+)
+VERSION_PART_RE = re.compile(r"(\d+)|([A-Za-z]+)")
+
 VERSION_LINE_RE = re.compile(r"npu-smi\s+(\S+)\s+Version:\s*(\S+)")
 ROW_RE = re.compile(r"^\|(.*)\|(.*)\|(.*)\|\s*$")
 USAGE_RE = re.compile(r"(\d+)\s*/\s*(\d+)")
@@ -212,3 +225,34 @@ def summarize_npus(npus):
         "platform": "ascend",
         "unhealthy": unhealthy,
     }
+
+
+def version_key(version):
+    """An Ascend version ("24.1.rc3", "24.1.0.3", "7.5.0.1.129", "25.2.1") as a sortable tuple: a release candidate
+    sorts before the release of the same number (24.1.rc3 < 24.1.0)."""
+    key = []
+    for number, word in VERSION_PART_RE.findall(str(version or "")):
+        key.append((1, int(number)) if number else (0, -1 if word.lower() == "rc" else 0))
+    return tuple(key)
+
+
+def version_at_least(version, minimum):
+    """True when `version` is `minimum` or newer; None when either is unknown (empty)."""
+    if not version or not minimum:
+        return None
+    return version_key(version) >= version_key(minimum)
+
+
+def container_args(indexes, present=None):
+    """The `docker run` arguments that give a container the NPUs `indexes` (/dev/davinci<N>), the control devices and
+    the read-only mounts of CONTAINER_MOUNTS; a mount whose source is not in `present` (a set of paths, when given) is
+    left out, so that a host without hccn_tool still starts."""
+    args = []
+    for index in sorted(indexes):
+        args += ["--device", "/dev/davinci%d" % index]
+    for path in CONTROL_DEVICES:
+        args += ["--device", path]
+    for path in CONTAINER_MOUNTS:
+        if present is None or path in present:
+            args += ["-v", "%s:%s:ro" % (path, path)]
+    return args

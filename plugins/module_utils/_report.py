@@ -106,7 +106,9 @@ def stage_times(marks, run_tags=("all",), skip_tags=(), local_build=False):
     run_tags, skip_tags = set(run_tags or ["all"]), set(skip_tags or [])
     out = []
     prev = at.get("start")
-    for stage in STAGES:
+    # The host stage is nvidia_host or, on an Ascend host, ascend_host.
+    stages = [("ascend_host" if stage == "nvidia_host" and "ascend_host" in at else stage) for stage in STAGES]
+    for stage in stages:
         if stage not in at:
             out.append((stage, "not reached"))
             continue
@@ -159,7 +161,7 @@ def site_summary(d, host, gpus=None, serve=None, proxy=None, weights=None, marks
             host, d["identity"], d["served_model_name"], serve.get("url"))
     else:
         head = "%s: %s resolved; not serving from this run (stages skipped)" % (host, d["identity"])
-    lines = [head, "GPUs: %s" % (gpus or "not read")]
+    lines = [head, "%s: %s" % ("NPUs" if d.get("platform") == "ascend" else "GPUs", gpus or "not read")]
     lines.append("identity: %s (quant=%s, engine=%s %s) from %s@%s" % (
         d["identity"], d["quant"], d["engine"], d["engine_version"], ckpt["repo_id"], ckpt["revision"]))
     lines += ["why: " + r for r in d.get("reasons", [])]

@@ -43,6 +43,14 @@ options:
     description: Where the device nodes are.
     type: path
     default: /dev
+  driver_min_version:
+    description:
+      - The oldest driver version that is good enough; C(summary.driver_ok) says whether the installed one is (a
+        release candidate sorts before its release, C(24.1.rc3) < C(24.1.0)). Unset, C(driver_ok) is null.
+    type: str
+  firmware_min_version:
+    description: The same for the firmware, C(summary.firmware_ok).
+    type: str
 notes:
   - Supports check mode (it only reads).
 seealso:
@@ -71,8 +79,10 @@ summary:
   description: >-
     The host summary: count, models, vram_total_mib, vram_min_mib (HBM), arch (ascend-a2, ascend-a3), arch_name, sm
     (chip), homogeneous, platform (ascend), unhealthy (chips whose health is not OK), status (ok, no_npu_smi,
-    no_driver, no_npu, error), message, driver_version, firmware_version, npu_smi_version, devices (davinci numbers
-    and the control nodes present), missing_devices, processes (npu, chip, pid, name, memory_mib).
+    no_driver, no_npu, error), message, driver_version, firmware_version, npu_smi_version, driver_ok and firmware_ok
+    (against the minimum versions given, else null), devices (davinci numbers and the control nodes present),
+    missing_devices, processes (npu, chip, pid, name, memory_mib), container_args (the C(docker run) devices and
+    read-only mounts that give a container every NPU of the host, seed 004's list).
   returned: always
   type: dict
 """
@@ -81,7 +91,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kimi.deploy.plugins.module_utils._npu import (
-    NpuListError, NpuParseError, device_nodes, npu_entries, parse_npu_smi_info, parse_version_info, summarize_npus)
+    CONTAINER_MOUNTS, NpuListError, NpuParseError, container_args, device_nodes, npu_entries, parse_npu_smi_info,
+    parse_version_info, summarize_npus, version_at_least)
 
 SEARCH_PATHS = ["/usr/local/sbin", "/usr/local/bin", "/usr/local/Ascend/driver/tools"]
 
@@ -101,7 +112,9 @@ def gather(module):
     devices = device_nodes(p["dev_root"])
     base = {"status": "ok", "message": None, "driver_version": driver["version"],
             "firmware_version": firmware["version"], "npu_smi_version": None, "devices": devices,
-            "missing_devices": [], "processes": []}
+            "driver_ok": version_at_least(driver["version"], p["driver_min_version"]),
+            "firmware_ok": version_at_least(firmware["version"], p["firmware_min_version"]),
+            "missing_devices": [], "processes": [], "container_args": []}
     empty = summarize_npus([])
     binary = p["npu_smi"] if os.path.isabs(p["npu_smi"]) else module.get_bin_path(p["npu_smi"], opt_dirs=SEARCH_PATHS)
     if not binary or not os.path.exists(binary):
@@ -124,6 +137,8 @@ def gather(module):
     summary["missing_devices"] = (
         ["/dev/davinci%d" % n["index"] for n in npus if n["index"] not in devices["davinci"]]
         + [path for path, present in sorted(devices["control"].items()) if not present])
+    summary["container_args"] = container_args(
+        [n["index"] for n in npus], set(path for path in CONTAINER_MOUNTS if os.path.exists(path)))
     if not npus:
         summary["status"] = "no_npu"
         summary["message"] = "npu-smi info lists no NPU"
@@ -141,6 +156,8 @@ def main():
             driver_version_file=dict(type="path", default="/usr/local/Ascend/driver/version.info"),
             firmware_version_file=dict(type="path", default="/usr/local/Ascend/firmware/version.info"),
             dev_root=dict(type="path", default="/dev"),
+            driver_min_version=dict(type="str"),
+            firmware_min_version=dict(type="str"),
         ),
         supports_check_mode=True,
     )

@@ -6,8 +6,9 @@ through Caddy over TLS; the endpoint answers from this machine with the key file
 request without a key; a second run changes nothing; --check --diff prints the plan of a switch and changes nothing;
 a switch to vLLM is seen; a switch to NVFP4 builds its patched image and serves from it; NVFP4 refuses remote code that
 is still symlinked before changing anything, and the weights stage repairs it; GPUS=b200-x8 swaps the host's GPUs and
-TensorRT-LLM serves from the YAML the collection writes, a /dev/shm too small for it is refused before any change, and
-a switch back to int4-sglang works on the same GPUs; demo-clean removes everything. The
+TensorRT-LLM serves from the YAML the collection writes, a /dev/shm too small for it is refused before any change;
+GPUS=ascend-a3-x16 makes it an Atlas 800 A3 that serves W4A8 on vLLM-Ascend, then on SGLang-Ascend; a switch back to
+int4-sglang on the B200s works; demo-clean removes everything. The
 tests depend on each other's order (pytest runs a module's tests in file order).
 """
 import json
@@ -216,9 +217,54 @@ def test_trtllm_refuses_a_dev_shm_too_small_before_any_change(first_run):
     assert "Nothing was changed" in proc.flat and snapshot() == before
 
 
+def container(fmt):
+    return json.loads(host("docker", "inspect", "-f", "{{json %s}}" % fmt, "kimi-k26"))
+
+
+def test_ascend_a3_host_serves_w4a8_on_vllm_ascend_through_caddy(first_run):
+    """make demo GPUS=ascend-a3-x16 QUANT=w4a8 ENGINE=vllm: the host's GPUs become an Atlas 800 A3's 16 NPUs (npu-smi
+    double, driver files, device nodes), ascend_host prepares it, and vLLM-Ascend's double serves through Caddy with
+    the NPUs given as devices and read-only driver mounts, its own /dev/shm and seed 004's environment."""
+    out = make("demo", "GPUS=ascend-a3-x16", "QUANT=w4a8", "ENGINE=vllm").flat
+    assert "demo: cutover: %s switched from nvfp4-trtllm to w4a8-vllm" % INSTANCE in out
+    assert "Hello from the Kimi-K2.6 engine double (vllm)" in lines_of(out, "completion:")[0]
+    assert re.search(r"get_weather\(.*Paris", lines_of(out, "tool call:")[0])
+    assert "blue" in lines_of(out, "vision:")[0]
+    assert "model: kimi-k2.6 (w4a8-vllm on ascend-a3-x16)" in out
+    assert "NPUs: 16 x Ascend910 (ascend-a3), 1048576 MiB HBM in all, driver 25.2.1" in out
+    assert container(".Config.Image") == "kimi-double/vllm-ascend:v0.20.2rc1-a3"
+    command = container(".Config.Cmd")
+    assert command[:5] == ["vllm", "serve", "Eco-Tech/Kimi-K2.6-W4A8", "--quantization", "ascend"]
+    assert " ".join(command).count("--tensor-parallel-size 4 --data-parallel-size 4 --enable-expert-parallel") == 1
+    hostconfig = container(".HostConfig")
+    assert hostconfig["Privileged"] is False and hostconfig["IpcMode"] != "host"
+    assert hostconfig["ShmSize"] == 1024 ** 3
+    devices = [d["PathOnHost"] for d in hostconfig["Devices"]]
+    controls = ["/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"]
+    assert devices == ["/dev/davinci%d" % n for n in range(16)] + controls
+    assert "/usr/local/bin/npu-smi:/usr/local/bin/npu-smi:ro" in hostconfig["Binds"]
+    assert "HCCL_OP_EXPANSION_MODE=AIV" in container(".Config.Env")
+    # npu-smi inside the engine's container sees the 16 NPUs through the devices and mounts it was given.
+    inside = host("docker", "exec", "kimi-k26", "npu-smi", "info")
+    assert len(re.findall(r"^\| \d+ +Ascend910 ", inside, re.M)) == 16
+    assert "sched_migration_cost_ns = 50000" in host("cat", "/etc/sysctl.d/90-ascend-host.conf")
+
+
+def test_ascend_switches_to_sglang_ascend(first_run):
+    out = make("demo", "QUANT=w4a8", "ENGINE=sglang").flat
+    assert "demo: cutover: %s switched from w4a8-vllm to w4a8-sglang" % INSTANCE in out
+    assert "Hello from the Kimi-K2.6 engine double (sglang)" in lines_of(out, "completion:")[0]
+    assert "model: kimi-k2.6 (w4a8-sglang on ascend-a3-x16)" in out
+    assert container(".Config.Image") == "kimi-double/sglang-ascend:v0.5.13.post1-cann9.0.0-a3"
+    command = " ".join(container(".Config.Cmd"))
+    assert "--quantization modelslim --tp-size 16 --dp-size 16 --enable-dp-attention --ep-size 16" in command
+    assert container(".HostConfig.ShmSize") == 16 * 1024 ** 3
+    assert "SGLANG_NPU_USE_MLAPO=1" in container(".Config.Env")
+
+
 def test_a_switch_back_to_int4_sglang_works_on_the_same_gpus(first_run):
-    out = make("demo", "QUANT=int4", "ENGINE=sglang").flat
-    assert "demo: cutover: %s switched from nvfp4-trtllm to int4-sglang" % INSTANCE in out
+    out = make("demo", "GPUS=b200-x8", "QUANT=int4", "ENGINE=sglang").flat
+    assert "demo: cutover: %s switched from w4a8-sglang to int4-sglang" % INSTANCE in out
     assert "Hello from the Kimi-K2.6 engine double (sglang)" in lines_of(out, "completion:")[0]
     assert "model: kimi-k2.6 (int4-sglang on b200-x8)" in out
     assert host("sh", "-c", "ls /etc/kimi-k26/").split().count("nvfp4-trtllm.yaml") == 1  # kept for a switch back

@@ -310,12 +310,14 @@ def test_make_plan_prints_the_two_host_a2_replica():
     assert "fits=True" in out and "HCCL_OP_EXPANSION_MODE=AIV" in out
 
 
-def test_site_refuses_an_ascend_deployment_before_any_change(tmp_path):
-    """Ascend hosts are planned, not provisioned yet: site.yml must stop before nvidia_host could run on an NPU host."""
+def test_site_refuses_cuda_only_identities_on_an_ascend_host_before_any_change(tmp_path):
+    """An Ascend host given int4 (CUDA-only) is refused in the preflight, naming the reason and what runs there."""
     inventory = local_inventory(tmp_path)
     rc, out = playbook("-i", str(inventory), "site.yml", "-e", "@tests/fixtures/gpus/ascend-a3-x16.json",
-                       "-e", "kimi_w4a8_revision=" + SHA, "-e", STRONG_KEY)
+                       "-e", "quant=int4", "-e", "engine=sglang", "-e", "kimi_int4_revision=" + SHA, "-e", STRONG_KEY)
+    flat = " ".join(out.split())
     assert rc != 0
-    assert "w4a8-vllm runs on Huawei Ascend NPUs (vLLM-Ascend), which site.yml cannot provision yet" in " ".join(
-        out.split()), out
-    assert "Nothing was changed" in out and "Turn the host into a GPU container host" not in out
+    assert "quant=int4 engine=sglang is refused on 16 x Ascend910 (Huawei Ascend NPUs (CANN)): moonshotai/Kimi-K2.6's " \
+           "INT4 (compressed-tensors, Marlin MoE kernels) needs CUDA" in flat, out
+    assert "Allowed here: w4a8+sglang, w4a8+vllm" in flat
+    assert "Turn the host into a GPU container host" not in out

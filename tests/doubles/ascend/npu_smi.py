@@ -8,7 +8,10 @@ Built from published output, field for field:
 - Atlas 800 A2 (8 cards x 1 chip "910B3", Chip row without Phy-ID): vllm-project/vllm-ascend#1130, #1767 (910B2,
   npu-smi 24.1.0.3).
 The chips come from a GPU profile with platform: ascend (tests/fixtures/gpus/ascend-*.json, the same files the plan
-playbook loads): KIMI_DOUBLE_GPU_PROFILE, else /etc/kimi-double/gpu-profile.json. Processes: one line per process,
+playbook loads): KIMI_DOUBLE_GPU_PROFILE, else /etc/kimi-double/gpu-profile.json, else the copy the driver double
+puts beside the driver's libraries (/usr/local/Ascend/driver/lib64/kimi-double-npus.json), which a container sees
+through the same read-only mount the real npu-smi needs (seed 004). Installed as /usr/local/bin/npu-smi with a
+python3 shebang. Processes: one line per process,
 "<device> <pid> <name> <MiB>", in KIMI_DOUBLE_NPU_PROCS (default /var/lib/kimi-double/npu-processes); the engine
 double adds itself there while it "holds" the NPUs, so the launcher's NPU-free wait sees it.
 Exit codes: no profile -> 8 with the real tool's "dcmi module initialize failed" text (driver not loaded).
@@ -17,7 +20,8 @@ import json
 import os
 import sys
 
-PROFILE = os.environ.get("KIMI_DOUBLE_GPU_PROFILE", "/etc/kimi-double/gpu-profile.json")
+PROFILES = [os.environ["KIMI_DOUBLE_GPU_PROFILE"]] if os.environ.get("KIMI_DOUBLE_GPU_PROFILE") else [
+    "/etc/kimi-double/gpu-profile.json", "/usr/local/Ascend/driver/lib64/kimi-double-npus.json"]
 PROCS = os.environ.get("KIMI_DOUBLE_NPU_PROCS", "/var/lib/kimi-double/npu-processes")
 LEFT, MID, RIGHT = 27, 15, 52
 WIDTH = LEFT + MID + RIGHT + 2
@@ -38,13 +42,16 @@ def rule(char="-", split=True):
 
 
 def load():
-    try:
-        with open(PROFILE) as handle:
-            profile = json.load(handle)
-    except (IOError, OSError, ValueError):
-        return None
-    chips = [g for g in profile.get("kimi_gpus", []) if g.get("platform") == "ascend"]
-    return profile, chips
+    for path in PROFILES:
+        try:
+            with open(path) as handle:
+                profile = json.load(handle)
+        except (IOError, OSError, ValueError):
+            continue
+        chips = [g for g in profile.get("kimi_gpus", []) if g.get("platform") == "ascend"]
+        if chips:
+            return profile, chips
+    return None
 
 
 def processes():

@@ -12,7 +12,10 @@ VLLM_IMAGE=kimi-double/vllm-openai:v0.22.1
 CU130_IMAGE=kimi-double/vllm-openai:v0.22.1-cu130
 NOPATTERN_IMAGE=kimi-double/vllm-openai:v0.22.1-cu130-nopattern
 TRTLLM_IMAGE=kimi-double/tensorrt-llm:1.3.0rc17
-ALL_IMAGES=("$SGLANG_IMAGE" "$VLLM_IMAGE" "$CU130_IMAGE" "$NOPATTERN_IMAGE" "$TRTLLM_IMAGE")
+VLLM_ASCEND_IMAGE=kimi-double/vllm-ascend:v0.20.2rc1-a3
+SGLANG_ASCEND_IMAGE=kimi-double/sglang-ascend:v0.5.13.post1-cann9.0.0-a3
+ALL_IMAGES=("$SGLANG_IMAGE" "$VLLM_IMAGE" "$CU130_IMAGE" "$NOPATTERN_IMAGE" "$TRTLLM_IMAGE" "$VLLM_ASCEND_IMAGE"
+            "$SGLANG_ASCEND_IMAGE")
 base="${1:-}"
 force="${2:-}"
 if [[ -z "$base" || "$base" == -* ]]; then
@@ -49,7 +52,9 @@ mkdir "$ctx/flags"
 for pair in "sglang $SGLANG_IMAGE lmsysorg/sglang:v0.5.12.post1-cu130" "vllm $VLLM_IMAGE vllm/vllm-openai:v0.22.1" \
             "vllm-cu130 $CU130_IMAGE vllm/vllm-openai:v0.22.1-cu130" \
             "vllm-cu130-nopattern $NOPATTERN_IMAGE vllm/vllm-openai:v0.22.1-cu130(without-the-patched-code)" \
-            "trtllm $TRTLLM_IMAGE nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc17"; do
+            "trtllm $TRTLLM_IMAGE nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc17" \
+            "vllm-ascend $VLLM_ASCEND_IMAGE quay.io/ascend/vllm-ascend:v0.20.2rc1-a3" \
+            "sglang-ascend $SGLANG_ASCEND_IMAGE quay.io/ascend/sglang:v0.5.13.post1-cann9.0.0-a3"; do
   read -r target image real <<<"$pair"
   old="$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)"
   echo "building $image (target $target, FROM $base, content key $key)"

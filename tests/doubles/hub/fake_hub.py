@@ -107,9 +107,9 @@ class RepoSpec:
             raise ValueError("shards must be 1..99999 and shard_size >= 1")
         quant = self.quant.lower()
         if quant == "auto":
-            quant = "nvfp4" if "nvfp4" in self.repo_id.lower() else "int4"
-        if quant not in ("int4", "nvfp4", "fp8", "bf16"):
-            raise ValueError(f"quant must be auto|int4|nvfp4|fp8|bf16: {self.quant!r}")
+            quant = "nvfp4" if "nvfp4" in self.repo_id.lower() else "w4a8" if "w4a8" in self.repo_id.lower() else "int4"
+        if quant not in ("int4", "nvfp4", "w4a8", "fp8", "bf16"):
+            raise ValueError(f"quant must be auto|int4|nvfp4|w4a8|fp8|bf16: {self.quant!r}")
         object.__setattr__(self, "quant", quant)
 
     @classmethod
@@ -416,6 +416,14 @@ def build_files(spec: RepoSpec, pool: memoryview) -> list[RepoFile]:
     if quant is not None:
         config["quantization_config"] = quant
     files["config.json"] = RepoFile("config.json", _dumps(config))
+    if spec.quant == "w4a8":
+        # msModelSlim's per-weight description, which vLLM-Ascend (--quantization ascend) and SGLang (modelslim) read
+        # instead of a quantization_config (the shape of msModelSlim's output; the real one lists every weight).
+        files["quant_model_description.json"] = RepoFile("quant_model_description.json", _dumps({
+            "model_quant_type": "W4A8_DYNAMIC", "version": "1.0.0",
+            "model.layers.1.mlp.experts.0.gate_proj.weight": "W4A8_DYNAMIC",
+            "model.layers.1.self_attn.q_a_proj.weight": "W8A8_DYNAMIC",
+            "lm_head.weight": "FLOAT"}))
     if spec.quant == "nvfp4":
         files["hf_quant_config.json"] = RepoFile("hf_quant_config.json", _dumps({
             "producer": {"name": "modelopt", "version": "0.37.0"},

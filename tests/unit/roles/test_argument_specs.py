@@ -14,8 +14,11 @@ def load(role, *parts):
         return yaml.safe_load(handle) or {}
 
 
-def test_the_five_roles_exist():
-    assert ROLES == ["caddy_proxy", "kimi_image", "kimi_serve", "kimi_weights", "nvidia_host"]
+HOST_ROLES = ("nvidia_host", "ascend_host")  # generic accelerator hosts: no Kimi knowledge
+
+
+def test_the_six_roles_exist():
+    assert ROLES == ["ascend_host", "caddy_proxy", "kimi_image", "kimi_serve", "kimi_weights", "nvidia_host"]
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -37,19 +40,20 @@ def test_defaults_and_argument_specs_agree(role):
         assert name.startswith(role + "_"), "%s: variable %s lacks the role prefix" % (role, name)
 
 
-@pytest.mark.parametrize("role", [r for r in ROLES if r != "nvidia_host"])
+@pytest.mark.parametrize("role", [r for r in ROLES if r not in HOST_ROLES])
 def test_serving_roles_consume_the_resolved_deployment(role):
     options = load(role, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
     assert options["kimi_deployment"]["required"] is True
 
 
-def test_nvidia_host_knows_nothing_about_kimi():
-    """A generic GPU container host: no Kimi deployment variable or fact anywhere in the role (kimi.deploy FQCNs
-    and kimi-* file names are the collection's namespace, not deployment knowledge)."""
-    options = load("nvidia_host", "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
-    assert all(name.startswith("nvidia_host_") for name in options)
+@pytest.mark.parametrize("role", HOST_ROLES)
+def test_host_roles_know_nothing_about_kimi(role):
+    """A generic accelerator container host: no Kimi deployment variable or fact anywhere in the role (kimi.deploy
+    FQCNs and kimi-* file names are the collection's namespace, not deployment knowledge)."""
+    options = load(role, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
+    assert all(name.startswith(role + "_") for name in options)
     hits = []
-    for folder, _dirs, files in os.walk(os.path.join(ROOT, "roles", "nvidia_host")):
+    for folder, _dirs, files in os.walk(os.path.join(ROOT, "roles", role)):
         for name in files:
             path = os.path.join(folder, name)
             with open(path) as handle:

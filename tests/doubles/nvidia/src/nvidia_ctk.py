@@ -163,7 +163,8 @@ def load_gpus():
         raise CtkError("failed to create device CDI specs: failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND")
     if (profile.get("kimi_gpu_driver") or {}).get("loaded", True) is False:
         raise CtkError("failed to create device CDI specs: failed to initialize NVML: ERROR_DRIVER_NOT_LOADED")
-    gpus = sorted(profile.get("kimi_gpus") or [], key=lambda g: int(g.get("index", 0)))
+    gpus = sorted((g for g in profile.get("kimi_gpus") or [] if g.get("platform") != "ascend"),
+                  key=lambda g: int(g.get("index", 0)))
     return profile, gpus
 
 

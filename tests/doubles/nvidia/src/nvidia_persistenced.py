@@ -112,7 +112,8 @@ def load_gpus():
         return None
     if (profile.get("kimi_gpu_driver") or {}).get("loaded", True) is False:
         return None
-    return sorted(profile.get("kimi_gpus") or [], key=lambda g: int(g.get("index", 0)))
+    return sorted((g for g in profile.get("kimi_gpus") or [] if g.get("platform") != "ascend"),
+                  key=lambda g: int(g.get("index", 0)))
 
 
 def short_bus_id(bus_id):

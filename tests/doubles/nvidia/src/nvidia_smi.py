@@ -52,7 +52,8 @@ def load_profile():
     driver = profile.get("kimi_gpu_driver") or {}
     if driver.get("loaded", True) is False:
         raise SmiExit(EXIT_DRIVER_NOT_LOADED, NO_DRIVER)
-    gpus = [dict(g) for g in profile.get("kimi_gpus") or []]
+    # An Ascend profile (platform: ascend) has no NVIDIA GPU: npu-smi's double reads it.
+    gpus = [dict(g) for g in profile.get("kimi_gpus") or [] if g.get("platform") != "ascend"]
     gpus.sort(key=lambda g: int(g.get("index", 0)))
     for position, gpu in enumerate(gpus):
         gpu.setdefault("minor_number", int(gpu.get("index", position)))
