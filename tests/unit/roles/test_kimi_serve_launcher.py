@@ -120,3 +120,45 @@ def test_infiniband_without_its_devices_is_refused_naming_the_fix(tmp_path):
     env["INFINIBAND"] = "0"  # sockets only: no RDMA device asked for
     assert run(launcher, env).returncode == 0
     assert "/dev/infiniband" not in (tmp_path / "docker-run.argv").read_text()
+
+
+def ascend(tmp_path, deployment, processes=""):
+    """The launcher on an Ascend host: the npu-smi double on PATH (A3 profile), devices.args as kimi_serve writes it."""
+    launcher, env = prepare(tmp_path, deployment)
+    smi = tmp_path / "bin" / "npu-smi"
+    smi.write_text("#!/bin/sh\nexec python3 %s \"$@\"\n" % os.path.join(ROOT, "tests", "doubles", "ascend", "npu_smi.py"))
+    smi.chmod(0o755)
+    (tmp_path / "procs").write_text(processes)
+    devices = ["--device", "/dev/davinci0", "--device", "/dev/davinci_manager",
+               "-v", "/usr/local/bin/npu-smi:/usr/local/bin/npu-smi:ro"]
+    (tmp_path / "etc" / "devices.args").write_text("# devices\n" + "\n".join(devices) + "\n")
+    env.update(ACCELERATOR="ascend", SHM_SIZE=str(deployment["container_shm_bytes"]),
+               KIMI_DOUBLE_GPU_PROFILE=os.path.join(ROOT, "tests", "fixtures", "gpus", "ascend-a3-x16.json"),
+               KIMI_DOUBLE_NPU_PROCS=str(tmp_path / "procs"))
+    return launcher, env, devices
+
+
+@pytest.mark.parametrize("engine, shm", [("vllm", 1024 ** 3), ("sglang", 16 * 1024 ** 3)])
+def test_an_ascend_container_gets_the_npus_devices_mounts_and_its_own_shm(tmp_path, engine, shm):
+    deployment = dm.resolve({"quant": "w4a8", "engine": engine}, [], require_revision=False)
+    launcher, env, devices = ascend(tmp_path, deployment)
+    proc = run(launcher, env)
+    assert proc.returncode == 0, proc.stderr
+    argv = (tmp_path / "docker-run.argv").read_text().splitlines()
+    image_at = argv.index(deployment["image"])
+    assert argv[image_at + 1:] == deployment["argv"]
+    options = argv[:image_at]
+    assert "nvidia.com/gpu=all" not in options and "--privileged" not in options and "--ipc" not in options
+    assert options[options.index("--shm-size") + 1] == str(shm)
+    joined = "\n".join(options)
+    assert "\n".join(devices) in joined
+
+
+def test_busy_npus_are_waited_for_from_npu_smis_process_table(tmp_path):
+    deployment = dm.resolve({"quant": "w4a8", "engine": "vllm"}, [], require_revision=False)
+    launcher, env, _devices = ascend(tmp_path, deployment, processes="3 632268 python3.1 197\n")
+    proc = run(launcher, env)
+    assert proc.returncode == 1
+    assert "waiting for the NPUs to be free" in proc.stdout
+    assert "the NPUs are still busy after 2s (WAIT_GPU_FREE): 632268, python3.1, 197 MiB" in proc.stderr
+    assert not (tmp_path / "docker-run.argv").exists()

@@ -151,3 +151,21 @@ def test_a_replica_host_that_is_not_the_head_says_its_rank_and_where_the_api_is(
                                proxy={"endpoint": "https://gpu-a1:443/v1", "checks": CHECKS}, marks=MARKS)
     assert head[0] == "gpu-a1: serving int4-vllm as kimi-k2.6 at https://gpu-a1:443/v1"
     assert any(line.startswith("engine: http://127.0.0.1:30000") for line in head)
+
+
+def test_an_ascend_host_times_its_ascend_host_stage():
+    marks = [dict(m, stage="ascend_host") if m["stage"] == "nvidia_host" else m for m in MARKS]
+    times = stage_times(marks)
+    assert [stage for stage, _text in times] == ["preflight", "ascend_host", "weights", "image", "serve", "proxy"]
+    assert dict(times)["ascend_host"] == "7.5 s"
+
+
+def test_the_npu_smi_info_filter_reads_the_chips_and_refuses_a_cut_table():
+    from ansible_collections.kimi.deploy.plugins.filter.npu_smi_info import npu_smi_info
+    rows = ("| 0     910B3               | OK            | 97.5        41                0    / 0             |\n"
+            "| 0                         | 0000:C1:00.0  | 0           0    / 0          3379 / 65536         |\n")
+    assert npu_smi_info(rows)["chips"][0]["bus_id"] == "0000:C1:00.0"
+    with pytest.raises(AnsibleFilterError, match="no second row"):
+        npu_smi_info(rows.splitlines()[0])
+    with pytest.raises(AnsibleFilterError, match="input must be the text"):
+        npu_smi_info(None)
