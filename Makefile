@@ -11,7 +11,7 @@ COLLECTION_LINK := .collections/ansible_collections/kimi/deploy
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help setup demo demo-plan demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean engine-flags
+.PHONY: help setup demo demo-plan demo-bench bench-client demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean engine-flags
 
 help:  ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -34,6 +34,17 @@ demo: setup  ## The main job on the embedded default: site.yml on a local contai
 
 demo-plan: setup  ## site.yml --check --diff on the demo host: the plan for QUANT= ENGINE=, nothing changed
 	QUANT='$(QUANT)' ENGINE='$(ENGINE)' GPUS='$(GPUS)' KIMI_DEMO_ARGS='$(ARGS)' demo/demo.sh plan
+
+demo-bench: setup bench-client  ## Benchmark the demo through Caddy (playbooks/bench.yml, aiperf): prints where its JSON and PNG are
+	demo/demo.sh bench
+
+bench-client: .venv-bench/.stamp  ## The benchmark client (aiperf, pinned in requirements-bench.txt) in .venv-bench
+
+.venv-bench/.stamp: requirements-bench.txt
+	@test -n "$(PYTHON)" || { echo "Python 3.12 not found: set PYTHON=/path/to/python3.12" >&2; exit 1; }
+	$(PYTHON) -m venv .venv-bench
+	.venv-bench/bin/pip install -q --disable-pip-version-check -r requirements-bench.txt
+	touch $@
 
 demo-clean:  ## Remove everything make demo made (the host, its volumes, .demo/)
 	demo/demo.sh clean

@@ -20,7 +20,7 @@ mkdir -p "${KIMI_DEMO_DIR:-$ROOT/.demo}"
 KIMI_DEMO_DIR=$(cd "${KIMI_DEMO_DIR:-$ROOT/.demo}" && pwd)
 chmod 700 "$KIMI_DEMO_DIR"
 export KIMI_DEMO_DIR KIMI_DEMO_INSTANCE=${KIMI_DEMO_INSTANCE:-kimi-demo} KIMI_DEMO_PORT=${KIMI_DEMO_PORT:-8443}
-export KIMI_DEMO_KEY_FILE=$KIMI_DEMO_DIR/client-key
+export KIMI_DEMO_KEY_FILE=$KIMI_DEMO_DIR/client-key KIMI_DEMO_METRICS_KEY_FILE=$KIMI_DEMO_DIR/metrics-key
 export MOLECULE_EPHEMERAL_DIRECTORY=$KIMI_DEMO_DIR/molecule
 export PATH=$ROOT/.venv/bin:$PATH PY_COLORS=0 ANSIBLE_FORCE_COLOR=0 NO_COLOR=1
 unset ANSIBLE_CONFIG  # molecule writes its own (.config/molecule/config.yml)
@@ -74,6 +74,10 @@ up() {
 		(umask 077 && python3 -c 'import secrets; print("kimi-demo-" + secrets.token_urlsafe(32))' >"$KIMI_DEMO_KEY_FILE")
 		say "generated a client key in $KIMI_DEMO_KEY_FILE (mode 0600; it is not printed)"
 	fi
+	if [ ! -s "$KIMI_DEMO_METRICS_KEY_FILE" ]; then
+		(umask 077 && python3 -c 'import secrets; print("kimi-metrics-" + secrets.token_urlsafe(32))' >"$KIMI_DEMO_METRICS_KEY_FILE")
+		say "generated a metrics key in $KIMI_DEMO_METRICS_KEY_FILE (mode 0600; it is not printed)"
+	fi
 
 	# A host whose container is gone (reboot, docker rm) starts over: molecule's state would still say "created".
 	if ! running; then
@@ -118,6 +122,8 @@ up() {
 	echo "model: $model ($after on $gpus)"
 	echo "api key file: $KIMI_DEMO_KEY_FILE"
 	echo "ca: $KIMI_DEMO_DIR/ca.crt"
+	echo "metrics: https://localhost:$KIMI_DEMO_PORT/metrics (key file: $KIMI_DEMO_METRICS_KEY_FILE; also /metrics/node, /metrics/accelerator, /metrics/caddy)"
+	echo "prometheus: http://127.0.0.1:9090 in $INSTANCE (docker exec $INSTANCE curl -s 127.0.0.1:9090/api/v1/alerts)"
 }
 
 plan() {
@@ -130,9 +136,31 @@ plan() {
 		${KIMI_DEMO_ARGS:-}
 }
 
+bench() {  # make demo-bench: playbooks/bench.yml on the demo host, through Caddy from this machine, a short sweep
+	running || { say "no demo host is running: run make demo first"; exit 1; }
+	local out=$KIMI_DEMO_DIR/bench log=$KIMI_DEMO_DIR/bench.log json png
+	mkdir -p "$out"
+	say "playbooks/bench.yml on $INSTANCE: aiperf through Caddy at https://localhost:$KIMI_DEMO_PORT (log: $log)"
+	set +e
+	# shellcheck disable=SC2086
+	ANSIBLE_COLLECTIONS_PATH=$ROOT/.collections ansible-playbook -i "$MOLECULE_EPHEMERAL_DIRECTORY/inventory" \
+		playbooks/bench.yml -e kimi_bench_confirm=true -e "kimi_bench_url=https://localhost:$KIMI_DEMO_PORT" \
+		-e "kimi_bench_api_key_file=$KIMI_DEMO_KEY_FILE" -e "kimi_bench_ca_file=$KIMI_DEMO_DIR/ca.crt" \
+		-e "kimi_bench_dir=$out" -e '{"kimi_bench_levels": [1, 2, 4]}' -e kimi_bench_requests_per_level=8 \
+		-e kimi_bench_input_tokens=128 -e kimi_bench_output_tokens=64 -e kimi_bench_timeout=600 \
+		${KIMI_DEMO_ARGS:-} 2>&1 | tee "$log"
+	local rc=${PIPESTATUS[0]}
+	set -e
+	[ "$rc" = 0 ] || { say "bench.yml failed (rc=$rc, log: $log)"; exit "$rc"; }
+	json=$(ls -t "$out"/*.json | head -1) png=${json%.json}.png
+	echo "bench json: $json"
+	echo "bench png: $png"
+}
+
 case ${1:-up} in
 	up) shift || true; up "$@" ;;
 	plan) shift; plan "$@" ;;
+	bench) bench ;;
 	clean) clean ;;
-	*) echo "usage: $0 up [QUANT ENGINE] | plan [QUANT ENGINE] | clean" >&2; exit 2 ;;
+	*) echo "usage: $0 up [QUANT ENGINE] | plan [QUANT ENGINE] | bench | clean" >&2; exit 2 ;;
 esac

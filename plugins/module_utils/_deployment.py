@@ -517,6 +517,8 @@ def resolve(inputs, gpus=None, require_revision=True):
         "port": port,
         # Where a client on the host reaches the engine (a wildcard bind is reached over loopback).
         "local_url": "http://%s:%d" % ("127.0.0.1" if host in WILDCARD_HOSTS else host, port),
+        # The engine's Prometheus text, under local_url.
+        "metrics_path": spec.get("metrics_path", "/metrics"),
         "served_model_name": name,
         "context_length": ctx,
         "mem_fraction": mem,

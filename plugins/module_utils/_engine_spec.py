@@ -31,6 +31,7 @@ An engine file declares ENGINE, a dict read by _engines (the registry), _fit and
   vision:             the engine serves Kimi-K2.6's image input.
   image_refusals:     ((regex on the image reference, why), ...).
   shm_bytes:          /dev/shm the engine needs at weight load (None: no check), shm_why.
+  metrics_path:       where the engine serves Prometheus text (default /metrics): what kimi_metrics scrapes.
   args:               the flags the collection emits, in order (Arg); the managed set is derived from them.
   config:             None, or a function of the deployment returning the engine's config file (a dict), with
                       config_managed (dotted key -> field or None), config_defaults (a function of the deployment:

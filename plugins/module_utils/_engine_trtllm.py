@@ -53,6 +53,8 @@ def config(deployment):
             "dtype": deployment["kv_cache_dtype"],
             "free_gpu_memory_fraction": deployment["mem_fraction"],
         },
+        # Prometheus text at /prometheus/metrics (its /metrics is JSON iteration stats): what kimi_metrics scrapes.
+        "return_perf_metrics": True,
     }
 
 
@@ -128,6 +130,8 @@ ENGINE = {
     # --ipc host: the engine uses the host's /dev/shm, which must hold the weights while they load (seed 003: Bus
     # error at weight load, fixed with tmpfs /dev/shm size=640G for Kimi K2's ~595 GB).
     "shm_bytes": 640 * GIB,
+    # trtllm-serve's Prometheus text (with return_perf_metrics); /metrics is its JSON iteration stats.
+    "metrics_path": "/prometheus/metrics",
     "shm_why": "TensorRT-LLM stages the weights through /dev/shm while it loads them; with less, it dies with 'Caught "
                "signal 7 (Bus error: nonexistent physical address)' (seed 003, NVIDIA's Kimi K2 guide: tmpfs "
                "/dev/shm size=640G)",
@@ -157,6 +161,7 @@ ENGINE = {
         "kv_cache_config.dtype": "kv_cache_dtype",
         "kv_cache_config.free_gpu_memory_fraction": "mem_fraction",
         "backend": None,
+        "return_perf_metrics": None,
     },
     "config_defaults": config_defaults,
 }

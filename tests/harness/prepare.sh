@@ -31,11 +31,12 @@ DOCKERD_LOG=${KIMI_DOCKERD_LOG:-/var/log/kimi-dockerd.log}
 REBUILD=${KIMI_TEST_REBUILD:-0}
 IMAGE_REPO=kimi-test/debian-systemd
 BASE_PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,python3-debian,sudo,iproute2,procps,curl,ca-certificates,gpg
-# caddy: the instances cannot reach an apt mirror, so caddy_proxy's scenario finds the package already installed
-DOCKER_PACKAGES="docker.io docker-cli python3-docker caddy zstd"
+# caddy, prometheus, prometheus-node-exporter: the instances cannot reach an apt mirror, so caddy_proxy, kimi_metrics
+# and kimi_monitoring find their Debian packages already installed (apt state=present is then a no-op)
+DOCKER_PACKAGES="docker.io docker-cli python3-docker caddy zstd prometheus prometheus-node-exporter"
 # units the packages' postinst enabled that stay off in the image: an instance boots with only what its scenario
 # starts (caddy's default :80 site and :2019 admin API would be live in every trixie-docker instance otherwise)
-DOCKER_DISABLED_UNITS="caddy.service caddy-api.service"
+DOCKER_DISABLED_UNITS="caddy.service caddy-api.service prometheus.service prometheus-node-exporter.service"
 ENGINE_IMAGES=(kimi-double/sglang:v0.5.12.post1-cu130 kimi-double/vllm-openai:v0.22.1
 	kimi-double/vllm-openai:v0.22.1-cu130 kimi-double/vllm-openai:v0.22.1-cu130-nopattern
 	kimi-double/tensorrt-llm:1.3.0rc17 kimi-double/vllm-ascend:v0.20.2rc1-a3
