@@ -21,6 +21,7 @@ KIMI_DEMO_DIR=$(cd "${KIMI_DEMO_DIR:-$ROOT/.demo}" && pwd)
 chmod 700 "$KIMI_DEMO_DIR"
 export KIMI_DEMO_DIR KIMI_DEMO_INSTANCE=${KIMI_DEMO_INSTANCE:-kimi-demo} KIMI_DEMO_PORT=${KIMI_DEMO_PORT:-8443}
 export KIMI_DEMO_KEY_FILE=$KIMI_DEMO_DIR/client-key KIMI_DEMO_METRICS_KEY_FILE=$KIMI_DEMO_DIR/metrics-key
+export KIMI_DEMO_BENCH_AIPERF=$ROOT/.venv-bench/bin/aiperf  # the bench gate's client (make bench-client)
 export MOLECULE_EPHEMERAL_DIRECTORY=$KIMI_DEMO_DIR/molecule
 export PATH=$ROOT/.venv/bin:$PATH PY_COLORS=0 ANSIBLE_FORCE_COLOR=0 NO_COLOR=1
 unset ANSIBLE_CONFIG  # molecule writes its own (.config/molecule/config.yml)

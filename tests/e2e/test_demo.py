@@ -17,6 +17,8 @@ import re
 import ssl
 import stat
 import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -87,10 +89,11 @@ def test_first_run_prints_a_completion_a_tool_call_and_vision_through_caddy(firs
     assert "blue" in lines_of(out, "vision:")[0]
     assert lines_of(out, "no key:")[0].startswith("HTTP 401")
     assert "demo: first run: created %s" % INSTANCE in out
-    last = out.rstrip().splitlines()[-4:]
-    assert last[0] == "endpoint: " + ENDPOINT
-    assert last[2] == "api key file: " + os.path.join(DIR, "client-key")
-    assert last[3] == "ca: " + os.path.join(DIR, "ca.crt")
+    assert lines_of(out, "endpoint:") == [ENDPOINT]
+    assert lines_of(out, "api key file:") == [os.path.join(DIR, "client-key")]
+    assert lines_of(out, "ca:") == [os.path.join(DIR, "ca.crt")]
+    assert lines_of(out, "metrics:") == ["https://localhost:%d/metrics (key file: %s; also /metrics/node, "
+                                         "/metrics/accelerator, /metrics/caddy)" % (PORT, os.path.join(DIR, "metrics-key"))]
 
 
 def test_site_yml_ends_with_one_summary_per_host(first_run):
@@ -100,7 +103,7 @@ def test_site_yml_ends_with_one_summary_per_host(first_run):
                      r"vision ok \d+ ms", out)
     assert re.search(r"verify on the engine: health ok \d+ ms", out)
     assert re.search(r"stages: preflight [\d.]+ s, nvidia_host [\d.]+ s, weights [\d.]+ s, image not needed, "
-                     r"serve [\d.]+ s, proxy [\d.]+ s \(total [\d.]+ s\)", out)
+                     r"serve [\d.]+ s, metrics [\d.]+ s, proxy [\d.]+ s \(total [\d.]+ s\)", out)
     assert "why: quant=int4 engine=sglang: set by the user." in out
 
 
@@ -123,11 +126,143 @@ def test_the_endpoint_answers_this_machine_with_the_named_key_and_ca(first_run):
     assert status == 401
 
 
+def metrics(path, key):
+    """GET a metrics path through Caddy: (status, text)."""
+    ctx = ssl.create_default_context(cafile=os.path.join(DIR, "ca.crt"))
+    req = urllib.request.Request("https://localhost:%d%s" % (PORT, path),
+                                 headers={"Authorization": "Bearer " + key} if key else {})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def prometheus(path):
+    """The demo host's Prometheus API (loopback in the host)."""
+    return json.loads(host("curl", "-sf", "http://127.0.0.1:9090" + path))
+
+
+def wait_for(what, check, timeout=120, every=3):
+    deadline = time.time() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.time() > deadline:
+            pytest.fail("timed out after %d s waiting for %s" % (timeout, what))
+        time.sleep(every)
+
+
+def test_every_metrics_path_answers_the_metrics_key_only(first_run):
+    """The engine's, the node exporter's, the GPU exporter's (dcgm-exporter double) and Caddy's own series, through
+    Caddy with the metrics key; 401 without a key and with the client's API key; the exporters bind loopback only."""
+    key = open(os.path.join(DIR, "metrics-key")).read().strip()
+    client = open(os.path.join(DIR, "client-key")).read().strip()
+    expected = {"/metrics": "sglang:num_running_reqs", "/metrics/node": "node_filesystem_avail_bytes",
+                "/metrics/accelerator": "DCGM_FI_DEV_GPU_TEMP", "/metrics/caddy": "caddy_http_request"}
+    for path, name in expected.items():
+        status, text = metrics(path, key)
+        assert status == 200 and name in text, (path, status, text[:300])
+        assert metrics(path, None)[0] == 401
+        assert metrics(path, client)[0] == 401
+    status, text = metrics("/metrics/node", key)
+    assert re.search(r'^kimi_deployment_info\{identity="int4-sglang",.*engine_version="0\.5\.12\.post1"', text, re.M)
+    assert re.search(r'^kimi_verify_success\{identity="int4-sglang"\} 1$', text, re.M)
+    assert re.search(r'^kimi_weights_filesystem_info\{mountpoint="[^"]+"\} 1$', text, re.M)
+    listening = host("ss", "-Htln")
+    for port in (9100, 9400, 9090):
+        assert re.search(r"127\.0\.0\.1:%d\b" % port, listening), listening
+        assert not re.search(r"(0\.0\.0\.0|\*|\[::\]):%d\b" % port, listening), listening
+    assert key not in open(os.path.join(DIR, "converge.log")).read() and key not in first_run.stdout
+
+
+def test_prometheus_scrapes_the_host_through_caddy_with_the_metrics_key(first_run):
+    """The distribution's Prometheus on the demo host (group kimi_monitoring) scrapes every job through Caddy."""
+    def targets():
+        active = prometheus("/api/v1/targets?state=active")["data"]["activeTargets"]
+        up = sorted(t["labels"]["job"] for t in active if t["health"] == "up" and t["labels"]["job"].startswith("kimi-"))
+        return up if up == ["kimi-accelerator", "kimi-caddy", "kimi-engine", "kimi-node"] else None
+    wait_for("every kimi job up in Prometheus", targets, timeout=60)
+    active = prometheus("/api/v1/targets?state=active")["data"]["activeTargets"]
+    assert {t["scrapeUrl"] for t in active if t["labels"]["job"].startswith("kimi-")} == {
+        "https://localhost:443/metrics", "https://localhost:443/metrics/node",
+        "https://localhost:443/metrics/accelerator", "https://localhost:443/metrics/caddy"}
+    assert {t["labels"]["instance"] for t in active} == {INSTANCE}
+    info = prometheus("/api/v1/query?query=kimi_deployment_info")["data"]["result"]
+    assert [r["metric"]["identity"] for r in info] == ["int4-sglang"]
+    config = host("cat", "/etc/prometheus/prometheus.yml")
+    assert "credentials_file: /etc/prometheus/kimi-keys/kimi-metrics-" in config
+    assert open(os.path.join(DIR, "metrics-key")).read().strip() not in config
+    assert host("stat", "-c", "%a %U %G", "/etc/prometheus/kimi-keys").split() == ["750", "root", "prometheus"]
+    rules = prometheus("/api/v1/rules")["data"]["groups"]
+    names = {r["name"] for g in rules for r in g["rules"]}
+    assert {"KimiEngineDown", "KimiVerifyFailing", "KimiKVCacheAlmostFull", "KimiQueueGrowing", "KimiGPUTooHot",
+            "KimiWeightsDiskAlmostFull", "KimiReplicaMemberLost"} <= names
+
+
+def test_stopping_the_engine_fires_engine_down_in_prometheus(first_run):
+    host("systemctl", "stop", "kimi-k26")
+    try:
+        def firing():
+            alerts = prometheus("/api/v1/alerts")["data"]["alerts"]
+            return [a for a in alerts if a["labels"]["alertname"] == "KimiEngineDown" and a["state"] == "firing"]
+        alert = wait_for("KimiEngineDown firing", firing, timeout=120)[0]
+        assert alert["labels"]["instance"] == INSTANCE and alert["labels"]["severity"] == "critical"
+    finally:
+        host("systemctl", "start", "kimi-k26")
+    wait_for("the engine to answer again", lambda: request("/models", open(os.path.join(DIR, "client-key")).read()
+                                                           .strip())[0] == 200, timeout=120)
+    wait_for("KimiEngineDown to resolve", lambda: not [
+        a for a in prometheus("/api/v1/alerts")["data"]["alerts"] if a["labels"]["alertname"] == "KimiEngineDown"],
+        timeout=90)
+
+
 def test_a_second_run_changes_nothing_and_says_so(first_run):
     out = make("demo").stdout
     assert "demo: second run: idempotent, changed=0 on every host" in out
     recap = out[out.rindex("PLAY RECAP"):]
     assert re.search(r"%s\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=0" % INSTANCE, recap)
+
+
+def bench_lines(out):
+    json_path, png_path = lines_of(out, "bench json:")[0], lines_of(out, "bench png:")[0]
+    return json_path, png_path
+
+
+def test_demo_bench_runs_aiperf_through_caddy_and_writes_json_and_png(first_run):
+    """make demo-bench: a real aiperf sweep (1, 2, 4) against the engine double through Caddy; the summary JSON and the
+    plot land in the demo folder; a second run compares itself with the first (the last run of the same identity)."""
+    out = make("demo-bench").flat
+    json_path, png_path = bench_lines(out)
+    assert json_path.startswith(os.path.join(DIR, "bench") + "/") and os.path.isfile(json_path)
+    assert open(png_path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    summary = json.load(open(json_path))
+    assert summary["identity"] == "int4-sglang" and summary["host"] == INSTANCE
+    assert summary["client"]["name"] == "aiperf"
+    assert [level["concurrency"] for level in summary["levels"]] == [1, 2, 4]
+    assert all(level["requests_ok"] == 8 and level["output_tokens_per_s"] > 0 for level in summary["levels"])
+    assert "no baseline" in out
+    key = open(os.path.join(DIR, "client-key")).read().strip()
+    assert key not in out and key not in open(json_path).read()
+    out = make("demo-bench").flat
+    assert re.search(r"ratio [0-9.]+ against the last run .*%s" % re.escape(os.path.basename(json_path)), out), out
+
+
+def test_a_bench_gate_below_the_minimum_rolls_the_switch_back(first_run):
+    baseline = sorted(p for p in os.listdir(os.path.join(DIR, "bench")) if p.endswith(".json"))[-1]
+    proc = make("demo", "QUANT=int4", "ENGINE=vllm", "ARGS=-e kimi_bench_min_ratio=1000 -e kimi_bench_baseline=%s"
+                % os.path.join(DIR, "bench", baseline), check=False)
+    assert proc.returncode != 0
+    assert re.search(r"int4-vllm failed on %s \(Run the sweep through the proxy with aiperf, and compare: host %s: "
+                     r"output throughput ratio [0-9.e+-]+ is below min_ratio 1000(\.0)? .*\)\. Rolled back: "
+                     r"int4-sglang .* is serving again and passed verify" % (INSTANCE, INSTANCE), proc.flat), \
+        proc.flat[-3000:]
+    assert host("sh", "-c", ". /etc/kimi-k26.env && echo $QUANT-$FRAMEWORK").strip() == "int4-sglang"
+    key = open(os.path.join(DIR, "client-key")).read().strip()
+    assert request("/models", key)[0] == 200
+    text = metrics("/metrics/node", open(os.path.join(DIR, "metrics-key")).read().strip())[1]
+    assert re.search(r'^kimi_verify_success\{identity="int4-vllm"\} 0$', text, re.M)
 
 
 def test_check_diff_prints_the_plan_of_a_switch_and_changes_nothing(first_run):
@@ -269,6 +404,16 @@ def test_a_switch_back_to_int4_sglang_works_on_the_same_gpus(first_run):
     assert "Hello from the Kimi-K2.6 engine double (sglang)" in lines_of(out, "completion:")[0]
     assert "model: kimi-k2.6 (int4-sglang on b200-x8)" in out
     assert host("sh", "-c", "ls /etc/kimi-k26/").split().count("nvfp4-trtllm.yaml") == 1  # kept for a switch back
+
+
+def test_the_dashboard_names_only_series_prometheus_scraped(first_run):
+    """Every series the Grafana dashboard queries is one the demo's Prometheus scraped while the demo served SGLang,
+    vLLM, TensorRT-LLM and the Ascend engines (the engine-specific alternatives of each panel included)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
+    from test_dashboard import dashboard_metric_names
+    scraped = set(prometheus("/api/v1/label/__name__/values")["data"])
+    names = dashboard_metric_names(os.path.join(ROOT, "roles", "kimi_monitoring", "files", "kimi-k26-dashboard.json"))
+    assert names and not sorted(names - scraped), sorted(names - scraped)
 
 
 def test_demo_clean_removes_everything_the_demo_made(first_run):

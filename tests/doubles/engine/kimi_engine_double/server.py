@@ -29,6 +29,42 @@ MARLIN_FP4_WARNING = ("Your GPU does not have native support for FP4 computation
                       "performance for compute-heavy workloads.")
 AUTO_TOOL_ERROR = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
 
+# /metrics: the latency histograms' bucket bounds as the pinned versions declare them (README "Metrics" names the
+# files). vLLM 0.22.1 and TensorRT-LLM share TTFT and e2e bounds (TRT-LLM's collector was adapted from vLLM's).
+_VLLM_TTFT = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+              80.0, 160.0, 640.0, 2560.0]
+_VLLM_ITL = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
+_VLLM_E2E = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+             960.0, 1920.0, 7680.0]
+LATENCY_BUCKETS = {
+    "vllm": {"ttft": _VLLM_TTFT, "itl": _VLLM_ITL, "e2e": _VLLM_E2E},
+    "sglang": {"ttft": [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400],
+               "itl": [0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080,
+                       0.100, 0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000, 6.000, 8.000],
+               "e2e": [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800,
+                       2400]},
+    "trtllm": {"ttft": _VLLM_TTFT, "itl": _VLLM_ITL, "e2e": _VLLM_E2E},  # itl: trtllm_time_per_output_token_seconds
+}
+VLLM_HISTOGRAMS = {"ttft": ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
+                   "itl": ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds."),
+                   "e2e": ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.")}
+SGLANG_HISTOGRAMS = {
+    "ttft": ("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
+    "itl": ("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds."),
+    "e2e": ("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds")}
+TRTLLM_HISTOGRAMS = {
+    "ttft": ("trtllm_time_to_first_token_seconds", "Histogram of time to first token in seconds."),
+    "itl": ("trtllm_time_per_output_token_seconds", "Histogram of time per output token in seconds."),
+    "e2e": ("trtllm_e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.")}
+VLLM_FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")  # vllm/v1/engine FINISH_REASON_STRINGS
+
+
+def sglang_tokenizer_labels(model_name):
+    """The labels of SGLang's tokenizer-side series (counters, latency histograms). The real TokenizerMetricsCollector
+    also carries engine_type="unified"; the double leaves it out because test_engine_double.py pins the label set
+    `{model_name="..."}` (dashboards and alerts never select on it)."""
+    return (("model_name", model_name),)
+
 
 class EngineDouble:
     """One engine double process: `run(stop)` goes through start-up and serves until `stop` is set."""
@@ -53,7 +89,9 @@ class EngineDouble:
         self.httpd = None
         self.loaded = None
         self.lock = threading.Lock()
-        self.counters = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "running": 0}
+        self.counters = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "running": 0, "finished": {}}
+        # what /metrics observed of the requests served: TTFT, inter-token latency (TRT-LLM: per-request TPOT), e2e
+        self.latency = {kind: _Histogram(buckets) for kind, buckets in LATENCY_BUCKETS[engine].items()}
         self.rendezvous = None  # a replica over several hosts (--nnodes > 1)
         self.created = int(time.time())
 
@@ -80,6 +118,10 @@ class EngineDouble:
         crash = self.env.get("KIMI_DOUBLE_CRASH", "")
         if crash and crash != "startup" and not (crash.startswith("after:") and _is_number(crash[6:])):
             problems.append("engine double: bad KIMI_DOUBLE_CRASH=%r (use startup or after:<seconds>)" % crash)
+        for name, kind in (("KIMI_DOUBLE_KV_USAGE", "usage"), ("KIMI_DOUBLE_QUEUE", "queue")):
+            if _knob(self.env, name, kind) is None:
+                problems.append("engine double: bad %s=%r (use %s)" % (
+                    name, self.env.get(name), "a number from 0 to 1" if kind == "usage" else "a whole number >= 0"))
         if crash == "startup":
             problems.append("RuntimeError: Engine core initialization failed. See root cause above. "
                             "[engine double: KIMI_DOUBLE_CRASH=startup]")
@@ -299,37 +341,97 @@ class EngineDouble:
              "root": self.model, "parent": None, "max_model_len": self.max_model_len()} for n in self.names]}
 
     def metrics(self):
-        c, name = self.counters, self.names[0]
-        if self.engine == "trtllm":
-            rows = [("trtllm_num_requests_running", "gauge", c["running"]), ("trtllm_num_requests_waiting", "gauge", 0),
-                    ("trtllm_kv_cache_utilization", "gauge", 0.0), ("trtllm_prompt_tokens_total", "counter",
-                    c["prompt_tokens"]), ("trtllm_generation_tokens_total", "counter", c["generation_tokens"]),
-                    ("trtllm_request_success_total", "counter", c["requests"])]
-        elif self.engine == "vllm":
-            rows = [("vllm:num_requests_running", "gauge", c["running"]), ("vllm:num_requests_waiting", "gauge", 0),
-                    ("vllm:kv_cache_usage_perc", "gauge", 0.0), ("vllm:prompt_tokens_total", "counter",
-                    c["prompt_tokens"]), ("vllm:generation_tokens_total", "counter", c["generation_tokens"]),
-                    ("vllm:request_success_total", "counter", c["requests"])]
-        else:
-            rows = [("sglang:num_running_reqs", "gauge", c["running"]), ("sglang:num_queue_reqs", "gauge", 0),
-                    ("sglang:token_usage", "gauge", 0.0), ("sglang:prompt_tokens_total", "counter",
-                    c["prompt_tokens"]), ("sglang:generation_tokens_total", "counter", c["generation_tokens"]),
-                    ("sglang:num_requests_total", "counter", c["requests"])]
-        text = ""
-        for metric, kind, value in rows:
-            text += "# HELP %s engine double\n# TYPE %s %s\n%s{model_name=\"%s\"} %s\n" % (
-                metric, metric, kind, metric, name, float(value))
-        return text
+        """The engine's own Prometheus text (0.0.4), names, HELP, labels and buckets as the pinned versions print
+        them (see README "Metrics"). Gauges: running requests, waiting requests (KIMI_DOUBLE_QUEUE), KV-cache use
+        (KIMI_DOUBLE_KV_USAGE); counters of the requests answered and their tokens; the latency histograms of those
+        requests."""
+        with self.lock:
+            c = dict(self.counters, finished=dict(self.counters["finished"]))
+            hist = {kind: h.copy() for kind, h in self.latency.items()}
+        queue = _knob(self.env, "KIMI_DOUBLE_QUEUE", "queue") or 0  # a bad value stopped the start-up
+        usage = _knob(self.env, "KIMI_DOUBLE_KV_USAGE", "usage") or 0.0
+        out = _Exposition()
+        name = self.names[0]
+        if self.engine == "vllm":  # vllm/v1/metrics/loggers.py (PrometheusStatLogger): one child per engine index
+            labels = (("model_name", name), ("engine", "0"))
+            out.gauge("vllm:num_requests_running", "Number of requests in model execution batches.", labels,
+                      c["running"])
+            out.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels, queue)
+            out.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels, usage)
+            out.counter("vllm:prompt_tokens", "Number of prefill tokens processed.", labels, c["prompt_tokens"],
+                        self.created)
+            out.counter("vllm:generation_tokens", "Number of generation tokens processed.", labels,
+                        c["generation_tokens"], self.created)
+            out.counter("vllm:request_success", "Count of successfully processed requests.",
+                        [labels + (("finished_reason", r),) for r in VLLM_FINISH_REASONS],
+                        [c["finished"].get(r, 0) for r in VLLM_FINISH_REASONS], self.created)
+            for kind, (metric, doc) in VLLM_HISTOGRAMS.items():
+                out.histogram(metric, doc, labels, hist[kind], self.created)
+            return out.text()
+        if self.engine == "sglang":  # sglang/srt/observability/metrics_collector.py, prometheus_client multiprocess
+            # (labels sorted, no _created); the scheduler's gauges (its TP0 rank), the tokenizer's counters and
+            # histograms, those only once a request finished (a child is made at its first observation).
+            sched = (("engine_type", "unified"), ("model_name", name), ("moe_ep_rank", "0"), ("pp_rank", "0"),
+                     ("tp_rank", "0"))
+            out.gauge("sglang:num_running_reqs", "The number of running requests.", sched, c["running"])
+            out.gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", sched, queue)
+            out.gauge("sglang:token_usage", "The token usage.", sched, usage)
+            if c["requests"]:
+                tok = sglang_tokenizer_labels(name)
+                out.counter("sglang:prompt_tokens", "Number of prefill tokens processed.", tok, c["prompt_tokens"])
+                out.counter("sglang:generation_tokens", "Number of generation tokens processed.", tok,
+                            c["generation_tokens"])
+                out.counter("sglang:num_requests", "Number of requests processed.", tok, c["requests"])
+                for kind, (metric, doc) in SGLANG_HISTOGRAMS.items():
+                    out.histogram(metric, doc, tok, hist[kind])
+            return out.text()
+        # TensorRT-LLM: tensorrt_llm/metrics/collector.py (MetricsCollector, labels model_name and engine_type both
+        # "undefined" as openai_server.py sets them; multiprocess). The gauges come from the iteration stats, only
+        # with enable_iter_perf_stats; the per-request series once a request finished.
+        labels = (("engine_type", "undefined"), ("model_name", "undefined"))
+        if (self.args.llm_args or {}).get("enable_iter_perf_stats"):
+            out.gauge("trtllm_num_requests_running", "Number of active requests", labels, c["running"])
+            out.gauge("trtllm_num_requests_waiting", "Number of queued requests", labels, queue)
+            out.gauge("trtllm_kv_cache_utilization", "KV cache utilization", labels, usage)
+        if c["requests"]:
+            reasons = sorted(c["finished"])
+            out.counter("trtllm_request_success", "Count of successfully processed requests.",
+                        [(labels[0], ("finished_reason", r), labels[1]) for r in reasons],
+                        [c["finished"][r] for r in reasons])
+            out.counter("trtllm_prompt_tokens", "Cumulative number of prompt (input) tokens processed.", labels,
+                        c["prompt_tokens"])
+            out.counter("trtllm_generation_tokens", "Cumulative number of generation (output) tokens produced.",
+                        labels, c["generation_tokens"])
+            for kind, (metric, doc) in TRTLLM_HISTOGRAMS.items():
+                out.histogram(metric, doc, labels, hist[kind])
+        return out.text()
+
+    def record_latency(self, plan, started, first, ended):
+        """Observe one answered request in the latency histograms, as the engines do when it finishes: TTFT
+        (first - started), e2e (ended - started) and the decode time spread over the tokens after the first
+        (vLLM/SGLang: one inter-token observation per token; TensorRT-LLM: one time-per-output-token per request)."""
+        tokens = plan["usage"]["completion_tokens"]
+        ttft, e2e = max(first - started, 1e-6), max(ended - started, 1e-6)
+        decode = max(e2e - ttft, 0.0)
+        with self.lock:
+            self.latency["ttft"].observe(ttft)
+            self.latency["e2e"].observe(e2e)
+            if tokens > 1 and self.engine == "trtllm":
+                self.latency["itl"].observe(decode / (tokens - 1))
+            elif tokens > 1:
+                self.latency["itl"].observe(decode / (tokens - 1), times=tokens - 1, total=decode)
 
     def iteration_stats(self):
         """trtllm /metrics: the JSON iteration stats since the last call ([] unless enable_iter_perf_stats)."""
         if not (self.args.llm_args or {}).get("enable_iter_perf_stats"):
             return []
-        c = self.counters
+        c, queue = self.counters, _knob(self.env, "KIMI_DOUBLE_QUEUE", "queue") or 0
+        used = int(round((_knob(self.env, "KIMI_DOUBLE_KV_USAGE", "usage") or 0.0) * 1000))  # of 1000 blocks
         return [{"iter": c["requests"], "iterLatencyMS": 1.0, "numActiveRequests": c["running"],
-                 "numQueuedRequests": 0, "maxNumActiveRequests": int(self.args.get("max_batch_size") or 2048),
+                 "numQueuedRequests": queue, "maxNumActiveRequests": int(self.args.get("max_batch_size") or 2048),
                  "gpuMemUsage": 0, "cpuMemUsage": 0, "timestamp": time.strftime("%m-%d-%Y %H:%M:%S"),
-                 "kvCacheStats": {"freeNumBlocks": 0, "maxNumBlocks": 0, "usedNumBlocks": 0, "tokensPerBlock": 32}}]
+                 "kvCacheStats": {"freeNumBlocks": 1000 - used, "maxNumBlocks": 1000, "usedNumBlocks": used,
+                                  "tokensPerBlock": 32}}]
 
     def error(self, code, message, etype, param=None):
         if self.engine == "vllm":
@@ -408,6 +510,8 @@ class EngineDouble:
             self.counters["requests"] += 1
             self.counters["prompt_tokens"] += usage["prompt_tokens"]
             self.counters["generation_tokens"] += completion
+            reason = "length" if finish == "length" else "stop"  # the engine's reason: a tool call stops
+            self.counters["finished"][reason] = self.counters["finished"].get(reason, 0) + 1
         return 200, {"model": model, "reasoning": reasoning, "content": answer, "tool_call": tool_call,
                      "finish": finish, "usage": usage}
 
@@ -493,6 +597,98 @@ def _kimi_tool_markup(call):
             "<|tool_call_end|><|tool_calls_section_end|>" % (call["id"], call["function"]["arguments"]))
 
 
+def _knob(env, name, kind):
+    """KIMI_DOUBLE_KV_USAGE (kind usage: a float 0..1) / KIMI_DOUBLE_QUEUE (kind queue: an int >= 0); unset or
+    empty: 0; None for a bad value."""
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return 0.0 if kind == "usage" else 0
+    try:
+        value = float(raw) if kind == "usage" else int(raw)
+    except ValueError:
+        return None
+    if kind == "usage":
+        return value if 0.0 <= value <= 1.0 else None
+    return value if value >= 0 else None
+
+
+def _go_float(value):
+    """prometheus_client's floatToGoString: how a sample value or an `le` bound is written."""
+    value = float(value)
+    if value == float("inf"):
+        return "+Inf"
+    text = repr(value)
+    dot = text.find(".")
+    if value > 0 and dot > 6:
+        mantissa = ("%s.%s%s" % (text[0], text[1:dot], text[dot + 1:])).rstrip("0.")
+        return "%se+0%d" % (mantissa, dot - 1)  # Go switches to exponents sooner than Python
+    return text
+
+
+class _Histogram:
+    """A Prometheus histogram's state: a count per bucket (cumulated when written), the sum."""
+
+    def __init__(self, bounds):
+        self.bounds, self.counts, self.sum = [float(b) for b in bounds], [0] * (len(bounds) + 1), 0.0
+
+    def observe(self, value, times=1, total=None):
+        index = next((i for i, bound in enumerate(self.bounds) if value <= bound), len(self.bounds))
+        self.counts[index] += times
+        self.sum += value * times if total is None else total
+
+    def copy(self):
+        other = _Histogram([])
+        other.bounds, other.counts, other.sum = list(self.bounds), list(self.counts), self.sum
+        return other
+
+
+class _Exposition:
+    """Prometheus text format 0.0.4 as prometheus_client writes it: `# HELP`/`# TYPE` per family, a counter's family
+    named with `_total`, a histogram's cumulative `_bucket{le=...}` (`+Inf` last), `_count` and `_sum`, and a
+    `_created` sample after a counter or histogram when the process is not in multiprocess mode (vLLM's one API
+    server; SGLang and TensorRT-LLM set PROMETHEUS_MULTIPROC_DIR and have none)."""
+
+    def __init__(self):
+        self.lines = []
+
+    @staticmethod
+    def _labels(pairs):
+        def escape(value):
+            return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return "{%s}" % ",".join('%s="%s"' % (k, escape(v)) for k, v in pairs)
+
+    def _family(self, name, doc, kind):
+        self.lines += ["# HELP %s %s" % (name, doc), "# TYPE %s %s" % (name, kind)]
+
+    def gauge(self, name, doc, labels, value):
+        self._family(name, doc, "gauge")
+        self.lines.append("%s%s %s" % (name, self._labels(labels), _go_float(value)))
+
+    def counter(self, name, doc, labels, values, created=None):
+        """One child (labels a tuple of pairs, values a number) or several (lists of each)."""
+        self._family(name + "_total", doc, "counter")
+        children = list(zip(labels, values)) if isinstance(values, list) else [(labels, values)]
+        for pairs, value in children:
+            self.lines.append("%s_total%s %s" % (name, self._labels(pairs), _go_float(value)))
+            if created is not None:
+                self.lines.append("%s_created%s %s" % (name, self._labels(pairs), _go_float(created)))
+
+    def histogram(self, name, doc, labels, hist, created=None):
+        self._family(name, doc, "histogram")
+        total = 0
+        for bound, count in zip(hist.bounds + [float("inf")], hist.counts):
+            total += count
+            self.lines.append("%s_bucket%s %s" % (name, self._labels(labels + (("le", _go_float(bound)),)),
+                                                  _go_float(total)))
+        self.lines.append("%s_count%s %s" % (name, self._labels(labels), _go_float(total)))
+        self.lines.append("%s_sum%s %s" % (name, self._labels(labels), _go_float(hist.sum)))
+        if created is not None:
+            self.lines.append("%s_created%s %s" % (name, self._labels(labels), _go_float(created)))
+
+    def text(self):
+        return "".join(line + "\n" for line in self.lines)
+
+
 class _Handler(BaseHTTPRequestHandler):
     engine = None  # set per server
     server_version = "uvicorn"
@@ -545,6 +741,7 @@ class _Handler(BaseHTTPRequestHandler):
             req = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
         except ValueError as exc:
             return self._send(*e.error(400, "JSON decode error: %s" % exc, "BadRequestError"))
+        started = time.time()
         with e.lock:
             e.counters["running"] += 1
         try:
@@ -552,18 +749,25 @@ class _Handler(BaseHTTPRequestHandler):
             if code != 200:
                 return self._send(code, plan)
             if not req.get("stream"):
-                return self._send(200, e.completion_body(plan))
+                first = time.time()  # the whole answer at once: its first token is there when it is made
+                self._send(200, e.completion_body(plan))
+                return e.record_latency(plan, started, first, time.time())
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream; charset=utf-8")
             self.send_header("Cache-Control", "no-cache")
             self.end_headers()
             include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
-            for item in e.stream_chunks(plan, include_usage):
+            first = None
+            for i, item in enumerate(e.stream_chunks(plan, include_usage)):
                 self.wfile.write(("data: %s\n\n" % json.dumps(item)).encode())
                 self.wfile.flush()
+                if i == 1:  # the chunk after the role chunk carries the first token
+                    first = time.time()
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
             self._access(200)
+            ended = time.time()
+            e.record_latency(plan, started, first or ended, ended)
         finally:
             with e.lock:
                 e.counters["running"] -= 1
