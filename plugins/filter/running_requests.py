@@ -45,7 +45,8 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
-GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "sglang:num_running_reqs", "sglang:num_queue_reqs")
+GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "sglang:num_running_reqs", "sglang:num_queue_reqs",
+          "trtllm_num_requests_running", "trtllm_num_requests_waiting")
 LINE_RE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>[-+0-9.eEInfa]+)(?:\s+\d+)?$")
 
 

@@ -53,8 +53,10 @@ def config(deployment):
             "dtype": deployment["kv_cache_dtype"],
             "free_gpu_memory_fraction": deployment["mem_fraction"],
         },
-        # Prometheus text at /prometheus/metrics (its /metrics is JSON iteration stats): what kimi_metrics scrapes.
+        # Prometheus text at /prometheus/metrics (its /metrics is JSON iteration stats): what kimi_metrics scrapes;
+        # the iteration stats feed its running/waiting/KV-cache gauges (the queue and KV alerts).
         "return_perf_metrics": True,
+        "enable_iter_perf_stats": True,
     }
 
 
@@ -162,6 +164,7 @@ ENGINE = {
         "kv_cache_config.free_gpu_memory_fraction": "mem_fraction",
         "backend": None,
         "return_perf_metrics": None,
+        "enable_iter_perf_stats": None,
     },
     "config_defaults": config_defaults,
 }

@@ -13,7 +13,7 @@ import pytest
 from ansible_collections.kimi.deploy.plugins.module_utils import _bench
 from ansible_collections.kimi.deploy.plugins.module_utils._bench import BenchError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "bench")
 AIPERF = os.path.join(ROOT, ".venv-bench", "bin", "aiperf")
 PLAN = [(1, 6), (2, 6), (4, 8)]
