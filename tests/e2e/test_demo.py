@@ -167,7 +167,8 @@ def test_every_metrics_path_answers_the_metrics_key_only(first_run):
         assert metrics(path, None)[0] == 401
         assert metrics(path, client)[0] == 401
     status, text = metrics("/metrics/node", key)
-    assert re.search(r'^kimi_deployment_info\{identity="int4-sglang",.*engine_version="0\.5\.12\.post1"', text, re.M)
+    info = [line for line in text.splitlines() if line.startswith("kimi_deployment_info{")]
+    assert len(info) == 1 and 'identity="int4-sglang"' in info[0] and 'engine_version="0.5.12.post1"' in info[0], info
     assert re.search(r'^kimi_verify_success\{identity="int4-sglang"\} 1$', text, re.M)
     assert re.search(r'^kimi_weights_filesystem_info\{mountpoint="[^"]+"\} 1$', text, re.M)
     listening = host("ss", "-Htln")
@@ -249,6 +250,21 @@ def test_demo_bench_runs_aiperf_through_caddy_and_writes_json_and_png(first_run)
     assert re.search(r"ratio [0-9.]+ against the last run .*%s" % re.escape(os.path.basename(json_path)), out), out
 
 
+def test_check_diff_prints_the_plan_of_a_switch_and_changes_nothing(first_run):
+    before = snapshot()
+    proc = make("demo-plan", "QUANT=int4", "ENGINE=vllm")
+    out = proc.flat
+    assert "%s: PLAN (check mode, nothing was changed): int4-vllm as kimi-k2.6" % INSTANCE in out
+    assert re.search(r"command: vllm serve moonshotai/Kimi-K2.6 .*--tensor-parallel-size 8", out)
+    assert re.search(r"image: kimi-double/vllm-openai:v0.22.1", out)
+    assert re.search(r"identity: int4-vllm .* from moonshotai/Kimi-K2.6@[0-9a-f]{40}", out)
+    assert "/etc/kimi-k26/int4-vllm.args" in out and "/etc/kimi-k26.env" in out
+    assert re.search(r"^\+FRAMEWORK=vllm$", proc.stdout, re.M)  # --diff of the env file
+    assert re.search(r"^-FRAMEWORK=sglang$", proc.stdout, re.M)
+    assert re.search(r"would change: [^']*/etc/kimi-k26/int4-vllm.args", out)
+    assert snapshot() == before
+
+
 def test_a_bench_gate_below_the_minimum_rolls_the_switch_back(first_run):
     baseline = sorted(p for p in os.listdir(os.path.join(DIR, "bench")) if p.endswith(".json"))[-1]
     proc = make("demo", "QUANT=int4", "ENGINE=vllm", "ARGS=-e kimi_bench_min_ratio=1000 -e kimi_bench_baseline=%s"
@@ -263,21 +279,6 @@ def test_a_bench_gate_below_the_minimum_rolls_the_switch_back(first_run):
     assert request("/models", key)[0] == 200
     text = metrics("/metrics/node", open(os.path.join(DIR, "metrics-key")).read().strip())[1]
     assert re.search(r'^kimi_verify_success\{identity="int4-vllm"\} 0$', text, re.M)
-
-
-def test_check_diff_prints_the_plan_of_a_switch_and_changes_nothing(first_run):
-    before = snapshot()
-    proc = make("demo-plan", "QUANT=int4", "ENGINE=vllm")
-    out = proc.flat
-    assert "%s: PLAN (check mode, nothing was changed): int4-vllm as kimi-k2.6" % INSTANCE in out
-    assert re.search(r"command: vllm serve moonshotai/Kimi-K2.6 .*--tensor-parallel-size 8", out)
-    assert re.search(r"image: kimi-double/vllm-openai:v0.22.1", out)
-    assert re.search(r"identity: int4-vllm .* from moonshotai/Kimi-K2.6@[0-9a-f]{40}", out)
-    assert "/etc/kimi-k26/int4-vllm.args" in out and "/etc/kimi-k26.env" in out
-    assert re.search(r"^\+FRAMEWORK=vllm$", proc.stdout, re.M)  # --diff of the env file
-    assert re.search(r"^-FRAMEWORK=sglang$", proc.stdout, re.M)
-    assert re.search(r"would change: [^']*/etc/kimi-k26/int4-vllm.args", out)
-    assert snapshot() == before
 
 
 def test_a_switch_to_vllm_is_one_command_and_the_cutover_is_seen(first_run):
