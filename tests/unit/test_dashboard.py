@@ -142,7 +142,7 @@ def test_the_series_fixture_is_what_the_generator_writes():
     finally:
         sys.path.remove(FIXTURES)
     with open(SERIES, encoding="utf-8") as handle:
-        assert handle.read() == make_scraped_series.text(), "run tests/fixtures/prometheus/make_scraped_series.py"
+        assert handle.read() == make_scraped_series.text(), "run python3 tests/fixtures/prometheus/make_scraped_series.py"
 
 
 # ---- (b) panels -----------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ def through_caddy(host, path, key=None):
     header = 'header = "Authorization: Bearer %s"\n' % key if key else ""
     out = host.run("printf '%%s' '%s' | curl -s -K - --cacert %s -w '\\n%%{http_code}' https://localhost:%d%s"
                    % (header, CA, PORT, path))
-    body, _, status = out.stdout.rpartition("\n")
+    body, status = out.stdout.rsplit("\n", 1)
     return int(status), body
 
 

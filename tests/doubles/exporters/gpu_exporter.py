@@ -32,6 +32,7 @@ import csv
 import gzip
 import ipaddress
 import json
+import math
 import os
 import platform
 import re
@@ -75,7 +76,7 @@ class Flag(object):
         if self.kind == "duration":
             return go_duration(text)
         if self.kind == "slice":
-            return [part for part in text.split(",")]
+            return list(text.split(","))
         return text
 
 
@@ -171,7 +172,7 @@ def go_float(value):
     """strconv.FormatFloat(v, 'g', -1, 64), as Prometheus' Go client (expfmt) writes sample values: the shortest
     digits, exponent form when the decimal exponent is < -4 or >= 6 (1e+06, 1.5e-05)."""
     value = float(value)
-    if value != value:
+    if math.isnan(value):
         return "NaN"
     if value in (float("inf"), float("-inf")):
         return "+Inf" if value > 0 else "-Inf"
@@ -589,8 +590,8 @@ class DcgmLog(object):
         now = time.time()
         local = time.localtime(now)
         offset = local.tm_gmtoff or 0
-        zone = "Z" if offset == 0 else "%s%02d:%02d" % ("+" if offset > 0 else "-", abs(offset) // 3600,
-                                                          abs(offset) % 3600 // 60)
+        sign = "+" if offset > 0 else "-"
+        zone = "Z" if offset == 0 else "%s%02d:%02d" % (sign, abs(offset) // 3600, abs(offset) % 3600 // 60)
         return time.strftime("%Y-%m-%dT%H:%M:%S", local) + ".%03d" % (now % 1 * 1000) + zone
 
     @staticmethod
@@ -1246,8 +1247,9 @@ class HwLog(object):
         if self.LEVELS[level] < self.level:
             return
         now = time.time()
-        line = "%-11s%s.%06d %-8d%s    %s\n" % ("[%s]" % level, time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(now)),
-                                             now % 1 * 1000000, threading.get_ident() % 1000, caller, msg)
+        stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(now))
+        line = "%-11s%s.%06d %-8d%s    %s\n" % ("[%s]" % level, stamp, now % 1 * 1000000, threading.get_ident() % 1000,
+                                                caller, msg)
         with self.lock:
             sys.stdout.write(line)
             sys.stdout.flush()
@@ -1437,9 +1439,8 @@ def prom_text(families):
     for family in sorted(families, key=lambda f: f.name):
         if not family.samples:
             continue
-        out.append("# HELP %s %s\n# TYPE %s gauge\n" % (family.name,
-                                                           family.help.replace("\\", "\\\\").replace("\n", "\\n"),
-                                                           family.name))
+        escaped = family.help.replace("\\", "\\\\").replace("\n", "\\n")
+        out.append("# HELP %s %s\n# TYPE %s gauge\n" % (family.name, escaped, family.name))
         names = sorted(family.label_names)
         rows = sorted(family.samples, key=lambda s: ([s[0][n] for n in names], s[2] or 0))
         for labels, value, stamp in rows:
@@ -1653,8 +1654,8 @@ def npu_main(argv):
                 "connecting to CRI server failed: context deadline exceeded->connecting to container runtime failed")
     groups = npu_groups_enabled()
     for group in ("version", "utilization", "npu", "hbm", "nodeBase"):
-        log.log("INFO", "config/metrics_config.go:249", "%-18s [%-13s] is %s" % ("preset config", group,
-                                                                              "on" if group in groups else "off"))
+        state = "on" if group in groups else "off"
+        log.log("INFO", "config/metrics_config.go:249", "%-18s [%-13s] is %s" % ("preset config", group, state))
     if error_codes_on_start():
         log.log("WARN", "metrics/collector_for_npu.go:192", "there are error(s) on chip(logicID: 0), errorCodes: [%s]"
                 % " ".join(c.upper() for c in error_codes_on_start()))

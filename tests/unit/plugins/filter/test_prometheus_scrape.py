@@ -5,13 +5,13 @@ import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kimi.deploy.plugins.filter.prometheus_scrape import prometheus_scrape
 
-ALL = ["/metrics", "/metrics/node", "/metrics/accelerator", "/metrics/caddy"]
+ALL = ("/metrics", "/metrics/node", "/metrics/accelerator", "/metrics/caddy")
 KEY = "metrics-key-0000000000000000000000000001"
 
 
 def target(host, key=KEY, replica="", paths=ALL, address=None):
     return {"host": host, "address": address or host + ".example", "port": 443, "replica": replica, "key": key,
-            "paths": paths}
+            "paths": list(paths)}
 
 
 def digest(key):
