@@ -252,7 +252,9 @@ from ansible_collections.kimi.deploy.plugins.module_utils._bench import (
 )
 
 KILL_GRACE_S = 15
-DROPPED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", API_KEY_ENV, "SSL_CERT_FILE")
+# aiperf runs from its own virtualenv: an inherited PYTHONPATH (the controller's, or a test's) would put another
+# environment's packages (a huggingface_hub 2.x that its transformers refuses) ahead of its own.
+DROPPED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", API_KEY_ENV, "SSL_CERT_FILE", "PYTHONPATH", "PYTHONHOME")
 
 
 class Bench(object):
