@@ -2,16 +2,16 @@
 
 One module-scoped demo host (instance kimi-demo-e2e, port 18443, state in build/e2e-demo: never the user's .demo),
 driven through the Makefile targets in order: the first run prints a completion, a tool call and a vision answer
-through Caddy over TLS; the endpoint answers from this machine with the key file and CA it names, and refuses a
-request without a key; every metrics path answers the metrics key only, the exporters on loopback; the host's real
-Prometheus scrapes it through Caddy and fires KimiEngineDown when the engine stops; a second run changes nothing;
-make demo-bench runs aiperf through Caddy into JSON and PNG; --check --diff prints the plan of a switch; a switch
-gated by kimi_bench_min_ratio rolls back; a switch to vLLM is seen; a switch to NVFP4 builds its patched image and
-serves from it; NVFP4 refuses remote code that is still symlinked before changing anything, and the weights stage repairs it; GPUS=b200-x8 swaps the host's GPUs and
-TensorRT-LLM serves from the YAML the collection writes, a /dev/shm too small for it is refused before any change;
-GPUS=ascend-a3-x16 makes it an Atlas 800 A3 that serves W4A8 on vLLM-Ascend, then on SGLang-Ascend; a switch back to
-int4-sglang on the B200s works; every series the dashboard names was scraped; demo-clean removes everything. The
-tests depend on each other's order (pytest runs a module's tests in file order).
+through Caddy over TLS; the endpoint answers from this machine with the key file and CA it names, and refuses a request
+without a key; every metrics path answers the metrics key only, the exporters on loopback; the host's real Prometheus
+scrapes it through Caddy and fires KimiEngineDown when the engine stops; a second run changes nothing; make demo-bench
+runs aiperf through Caddy into JSON and PNG; --check --diff prints the plan of a switch; a switch gated by
+kimi_bench_min_ratio rolls back; a switch to vLLM is seen; a switch to NVFP4 builds its patched image and serves from
+it; NVFP4 refuses remote code that is still symlinked before changing anything, and the weights stage repairs it;
+GPUS=b200-x8 swaps the host's GPUs and TensorRT-LLM serves from the YAML the collection writes, a /dev/shm too small
+for it is refused before any change; GPUS=ascend-a3-x16 makes it an Atlas 800 A3 that serves W4A8 on vLLM-Ascend, then
+on SGLang-Ascend; a switch back to int4-sglang on the B200s works; every series the dashboard names was scraped; demo-
+clean removes everything. The tests depend on each other's order (pytest runs a module's tests in file order).
 """
 import json
 import os
