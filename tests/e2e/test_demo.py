@@ -10,8 +10,8 @@ kimi_bench_min_ratio rolls back; a switch to vLLM is seen; a switch to NVFP4 bui
 it; NVFP4 refuses remote code that is still symlinked before changing anything, and the weights stage repairs it;
 GPUS=b200-x8 swaps the host's GPUs and TensorRT-LLM serves from the YAML the collection writes, a /dev/shm too small
 for it is refused before any change; GPUS=ascend-a3-x16 makes it an Atlas 800 A3 that serves W4A8 on vLLM-Ascend, then
-on SGLang-Ascend; a switch back to int4-sglang on the B200s works; every series the dashboard names was scraped; demo-
-clean removes everything. The tests depend on each other's order (pytest runs a module's tests in file order).
+on SGLang-Ascend; a switch back to int4-sglang on the B200s works; every series the dashboard names was scraped;
+demo-clean removes everything. The tests depend on each other's order (pytest runs a module's tests in file order).
 """
 import json
 import os
