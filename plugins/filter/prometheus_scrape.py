@@ -64,7 +64,7 @@ def prometheus_scrape(targets, key_dir, ca_file="", interval="15s"):
     if not isinstance(targets, list):
         raise AnsibleFilterError("kimi.deploy.prometheus_scrape: input must be a list of targets, got %s"
                                  % type(targets).__name__)
-    by_key, keys = {}, {}
+    by_key, keys, key_files = {}, {}, {}
     for t in targets:
         for field in ("host", "address", "port", "key"):
             if not t.get(field):
@@ -72,8 +72,8 @@ def prometheus_scrape(targets, key_dir, ca_file="", interval="15s"):
                     "kimi.deploy.prometheus_scrape: target %s has no %s (a host Prometheus scrapes needs "
                     "caddy_proxy_metrics_keys, the metrics key its proxy accepts)" % (t.get("host", "?"), field))
         digest = hashlib.sha256(str(t["key"]).encode()).hexdigest()[:12]
-        path = "%s/kimi-metrics-%s.key" % (key_dir.rstrip("/"), digest)
-        keys[path] = str(t["key"])
+        key_files[digest] = "%s/kimi-metrics-%s.key" % (key_dir.rstrip("/"), digest)
+        keys[key_files[digest]] = str(t["key"])
         by_key.setdefault(digest, []).append(t)
     configs = []
     for metrics_path, job in JOBS:
@@ -86,8 +86,7 @@ def prometheus_scrape(targets, key_dir, ca_file="", interval="15s"):
                 "scheme": "https",
                 "metrics_path": metrics_path,
                 "scrape_interval": interval,
-                "authorization": {"type": "Bearer",
-                                  "credentials_file": "%s/kimi-metrics-%s.key" % (key_dir.rstrip("/"), digest)},
+                "authorization": {"type": "Bearer", "credentials_file": key_files[digest]},
                 "static_configs": [{"targets": ["%s:%s" % (t["address"], t["port"])],
                                     "labels": {"instance": t["host"], "replica": t.get("replica") or ""}}
                                    for t in hosts],

@@ -24,6 +24,8 @@ import os
 import re
 import sys
 
+from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import atomic_write
+
 CLIENT = "aiperf"
 SCHEMA = "kimi.deploy/bench/1"
 API_KEY_ENV = "KIMI_BENCH_API_KEY"  # the only way the key reaches aiperf: its environment, named in the config
@@ -350,19 +352,8 @@ def load_summary(path):
 
 
 def write_atomic(path, data):
-    """Write bytes or text to path through a temporary file in the same folder and a rename."""
-    if not isinstance(data, bytes):
-        data = data.encode("utf-8")
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """Write bytes or text (UTF-8) to path atomically (_hf_cache.atomic_write: a temporary file, fsync, rename)."""
+    atomic_write(path, data if isinstance(data, bytes) else data.encode("utf-8"))
 
 
 # ---- the plot -------------------------------------------------------------------------------------------------
