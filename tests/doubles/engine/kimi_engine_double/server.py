@@ -29,6 +29,7 @@ MARLIN_FP4_WARNING = ("Your GPU does not have native support for FP4 computation
                       "performance for compute-heavy workloads.")
 AUTO_TOOL_ERROR = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
 
+
 class EngineDouble:
     """One engine double process: `run(stop)` goes through start-up and serves until `stop` is set."""
 
