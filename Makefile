@@ -49,9 +49,10 @@ bench-client: .venv-bench/.stamp  ## The benchmark client (aiperf, pinned in req
 demo-clean:  ## Remove everything make demo made (the host, its volumes, .demo/)
 	demo/demo.sh clean
 
-plan: setup  ## Resolve and print a deployment, no host needed (QUANT=, ENGINE=, GPUS=profile, HOSTS=hosts in one replica)
+plan: setup  ## Resolve and print a deployment, no host needed (QUANT=, ENGINE=, GPUS=profile, HOSTS=hosts in one replica, PD=1P1D disaggregated)
 	$(BIN)/ansible-playbook playbooks/plan.yml -e quant=$(or $(QUANT),auto) -e engine=$(or $(ENGINE),auto) \
-		-e @tests/fixtures/gpus/$(or $(GPUS),rtx-pro-6000-x8).json -e kimi_replica_plan_hosts=$(or $(HOSTS),1)
+		-e @tests/fixtures/gpus/$(or $(GPUS),rtx-pro-6000-x8).json -e kimi_replica_plan_hosts=$(or $(HOSTS),1) \
+		$(if $(PD),-e kimi_pd_plan=$(PD))
 
 lint: setup  ## yamllint + ansible-lint (production profile) + changelog fragments
 	$(BIN)/yamllint --strict .
@@ -90,8 +91,8 @@ bench-converge: setup  ## Converge benchmark: first vs no-op site.yml run, 1 hos
 clean:  ## Remove the virtualenv, the collection link and build output
 	rm -rf $(VENV) .collections build
 
-engine-flags:  ## Flag list of a released engine (PyPI wheel, or ARGS="--source DIR ...") + its module (ENGINE=vllm|sglang|trtllm VERSION=x.y.z)
+engine-flags:  ## Flag list of a released engine (PyPI wheel, or ARGS="--source DIR ...") + its module (ENGINE=vllm|sglang|trtllm|sglang-router|vllm-router VERSION=x.y.z)
 	@test -n "$(ENGINE)" -a -n "$(VERSION)" || { echo "usage: make engine-flags ENGINE=vllm VERSION=0.33.0 [ARGS=...]" >&2; exit 1; }
 	$(or $(wildcard $(BIN)/python),$(PYTHON)) tools/engine_flags.py --engine $(ENGINE) --version $(VERSION) $(ARGS)
 	$(or $(wildcard $(BIN)/python),$(PYTHON)) tools/gen_flag_modules.py
-	@echo "next: add $(VERSION) to the versions of plugins/module_utils/_engine_$(ENGINE).py (image, verified, notes)"
+	@test ! -e plugins/module_utils/_engine_$(ENGINE).py || echo "next: add $(VERSION) to the versions of plugins/module_utils/_engine_$(ENGINE).py (image, verified, notes)"

@@ -5,6 +5,8 @@ Usage::
     python3 tools/engine_flags.py --engine vllm --version 0.33.0
     python3 tools/engine_flags.py --engine sglang --version 0.5.23 --out-dir /tmp/flags
     python3 tools/engine_flags.py --engine trtllm --version 1.2.1 [--wheel PATH]
+    python3 tools/engine_flags.py --engine sglang-router --version 0.3.2
+    python3 tools/engine_flags.py --engine vllm-router --version 0.1.17
     python3 tools/engine_flags.py --engine trtllm --version 1.2.1 --source DIR \\
         --source-repo NVIDIA/TensorRT-LLM --source-tag v1.2.1 --source-commit SHA
     python3 tools/engine_flags.py --engine vllm --version 0.22.1 --out-dir /tmp/f \\
@@ -40,6 +42,15 @@ Method per engine:
   time (the child restarts after each), as vLLM's own docs build does. The
   parser's ``_actions`` are dumped (options, short options, choices, nargs,
   dest, action class).
+* sglang-router, vllm-router (the PD routers, argparse): the same, with
+  ``RouterArgs.add_cli_args(argparse.ArgumentParser(), use_router_prefix=False)``
+  of ``<package>/router_args.py`` (what ``launch_router.parse_router_args``
+  builds). The helper venv gets no packages (``helper_packages``): the parser
+  code needs only the standard library, and sglang-router's compiled
+  ``sglang_router_rs`` (``native``), stubbed ahead of the wheel's empty marker
+  file of it. Choices computed by a stubbed module (sglang-router's
+  ``--tool-call-parser``) are unknown: ``choices`` is null and
+  ``choices_from`` names the stubbed call.
 * trtllm (click + pydantic): static only (``ast``), no import: the click
   decorators of ``serve`` in ``tensorrt_llm/commands/serve.py`` and the pydantic
   models behind the ``--config``/``--extra_llm_api_options`` YAML
@@ -98,6 +109,27 @@ ENGINES = {
         "package": "tensorrt-llm",
         "module": "tensorrt_llm",
     },
+    "sglang-router": {
+        "package": "sglang-router",
+        "module": "sglang_router",
+        "entrypoint": "python3 -m sglang_router.launch_router [options]  or  sglang-router launch "
+                      "[options]  (console scripts sglang-router, smg, amg -> sglang_router.cli:main; "
+                      "both -> sglang_router.launch_router.parse_router_args)",
+        "builder": "RouterArgs.add_cli_args(argparse.ArgumentParser(), use_router_prefix=False)",
+        "router_args": "sglang_router.router_args",
+        "native": ["sglang_router.sglang_router_rs"],  # compiled, imported by router_args
+        "helper_packages": [],
+    },
+    "vllm-router": {
+        "package": "vllm-router",
+        "module": "vllm_router",
+        "entrypoint": "vllm-router [options]  (console script -> vllm_router.launch_router:main; "
+                      "same for python3 -m vllm_router.launch_router; parser = "
+                      "vllm_router.launch_router.parse_router_args)",
+        "builder": "RouterArgs.add_cli_args(argparse.ArgumentParser(), use_router_prefix=False)",
+        "router_args": "vllm_router.router_args",
+        "helper_packages": [],
+    },
 }
 
 # Notes that describe the parser class rather than one release; kept as in the
@@ -131,6 +163,18 @@ PARSER_BEHAVIOUR = {
                               "{auto,llm,diffusion} before parsing",
     },
 }
+ROUTER_BEHAVIOUR = {
+    "allow_abbrev": True,
+    "note_abbrev": "argparse accepts any unambiguous prefix of a long option. A checker should "
+                   "still require exact names.",
+    "underscores_accepted": False,
+    "note_underscores": "plain argparse: --worker_urls is rejected",
+    "boolean_negation": "none generated automatically; only explicit --no-... options exist",
+    "repeated_options": "--prefill and --decode are append actions: repeat them, one worker each",
+    "prefill_format": "--prefill URL [BOOTSTRAP_PORT] (nargs '+'; BOOTSTRAP_PORT is a port number "
+                      "or 'none', omitted = none); --decode URL (nargs 1)",
+}
+PARSER_BEHAVIOUR["sglang-router"] = PARSER_BEHAVIOUR["vllm-router"] = ROUTER_BEHAVIOUR
 
 # Registries whose members are checked after argparse (the option itself takes
 # any string). Evaluated in the child; a failure just leaves the key out.
@@ -246,9 +290,11 @@ def dump_argparse(parser: argparse.ArgumentParser) -> tuple[dict, dict]:
         for opt in action.option_strings:
             if not opt.startswith("--") and longs:
                 short[opt] = longs[0]
+        stubbed = type(action.choices).__name__ == "StubMeta"  # computed by a stubbed module
         for opt in longs:
             entry = {
-                "choices": [str(c) for c in action.choices] if action.choices is not None else None,
+                "choices": None if action.choices is None or stubbed
+                else [str(c) for c in action.choices],
                 "takes_value": action.nargs != 0,
                 "aliases": [s for s in action.option_strings if s != opt],
                 "dest": action.dest,
@@ -258,6 +304,9 @@ def dump_argparse(parser: argparse.ArgumentParser) -> tuple[dict, dict]:
             entry["action"] = type(action).__name__
             if entry["action"].startswith("Deprecated"):
                 entry["deprecated"] = True
+            if stubbed:
+                entry["choices_from"] = (f"{action.choices.__module__}.{action.choices.__name__}() "
+                                         "(stubbed: not known)")
             options[opt] = entry
     return dict(sorted(options.items())), dict(sorted(short.items()))
 
@@ -265,8 +314,8 @@ def dump_argparse(parser: argparse.ArgumentParser) -> tuple[dict, dict]:
 # --------------------------------------------------------------------------- child (import side)
 
 
-def install_stubs(names: set[str]):
-    """Put a meta-path finder last that stubs the named modules (and all under them)."""
+def install_stubs(names: set[str], first: bool = False):
+    """Put a meta-path finder last (`first`: first) that stubs the named modules (and all under them)."""
     # pylint: disable=import-outside-toplevel
     import importlib.abc
     import importlib.machinery
@@ -369,7 +418,10 @@ def install_stubs(names: set[str]):
         def exec_module(self, module):
             pass
 
-    sys.meta_path.append(StubFinder())
+    if first:
+        sys.meta_path.insert(0, StubFinder())
+    else:
+        sys.meta_path.append(StubFinder())
 
 
 def _missing_module(exc: BaseException, stubbed: set[str]) -> str | None:
@@ -405,6 +457,12 @@ def _build_parser(engine: str):
         import vllm.config  # pylint: disable=redefined-outer-name
         with patch.object(vllm.config.DeviceConfig, "__post_init__"):
             return make_arg_parser(FlexibleArgumentParser())
+    if "router_args" in ENGINES[engine]:
+        import importlib
+        router_args = importlib.import_module(ENGINES[engine]["router_args"])
+        parser = argparse.ArgumentParser()
+        router_args.RouterArgs.add_cli_args(parser, use_router_prefix=False)
+        return parser
     from sglang.srt.server_args import ServerArgs
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
@@ -420,6 +478,8 @@ def child_main(engine: str, src: str, stubs: list[str]) -> int:
     stubbed = set(stubs)
     sys.path.insert(0, src)
     install_stubs(stubbed)
+    if ENGINES[engine].get("native"):  # ahead of the wheel's empty marker files of them
+        install_stubs(set(ENGINES[engine]["native"]), first=True)
     real_version = importlib.metadata.version
 
     def version(name):
@@ -433,7 +493,7 @@ def child_main(engine: str, src: str, stubs: list[str]) -> int:
         parser = _build_parser(engine)
     except Exception as exc:  # pylint: disable=broad-except
         missing = _missing_module(exc, stubbed)
-        if missing and missing.split(".")[0] != engine:
+        if missing and missing.split(".")[0] != ENGINES[engine]["module"]:
             print(json.dumps({"missing": missing}))
             return CHILD_MISSING_RC
         raise
@@ -485,13 +545,16 @@ def helper_venv(cache: Path, engine: str, version: str, src: Path) -> Path:
     python = venv / "bin" / "python"
     if (venv / ".complete").exists():
         return python
-    torch_wheel = find_torch_cpu_wheel()
+    packages = ENGINES[engine].get("helper_packages")
+    torch_wheel = None if packages is not None else find_torch_cpu_wheel()
     subprocess.run([python_for_wheel(torch_wheel), "-m", "venv", "--clear", str(venv)], check=True)
-    packages = list(HELPER_PACKAGES)
-    packages.append(requirement_pin(src, "transformers") or "transformers")
-    if torch_wheel:
-        packages.append(str(torch_wheel))
-    subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True)
+    if packages is None:
+        packages = list(HELPER_PACKAGES)
+        packages.append(requirement_pin(src, "transformers") or "transformers")
+        if torch_wheel:
+            packages.append(str(torch_wheel))
+    if packages:
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True)
     (venv / ".complete").touch()
     return python
 
@@ -521,7 +584,7 @@ def argparse_document(engine: str, version: str, wheel: Path, src: Path,
                       dump: dict, stubbed: list) -> dict:
     """The fixture document for an argparse engine."""
     spec = ENGINES[engine]
-    stubbed_top = sorted({name.split(".")[0] for name in stubbed})
+    stubbed_top = sorted({name.split(".")[0] for name in stubbed}) + spec.get("native", [])
     return {
         "source": source_text(engine, version, wheel, sha256_of(wheel), commit_id(src, spec["module"])),
         "engine": engine,

@@ -20,7 +20,7 @@ import textwrap
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS_DIR = os.path.join(ROOT, "tests", "fixtures", "engine_flags")
 MODULE_DIR = os.path.join(ROOT, "plugins", "module_utils")
-FILE_RE = re.compile(r"engine_flags_(?P<engine>[a-z]+)-(?P<version>[0-9][0-9A-Za-z.+-]*)\.json")
+FILE_RE = re.compile(r"engine_flags_(?P<engine>[a-z]+(?:-[a-z]+)*)-(?P<version>[0-9][0-9A-Za-z.+-]*)\.json")
 
 HEADER = '''# -*- coding: utf-8 -*-
 # Copyright: kimi.deploy contributors
@@ -60,7 +60,9 @@ LLM_ARGS_DOC = '''LLM_ARGS:             the LLM-API options of the YAML config (
 
 
 def module_path(engine, version, module_dir=MODULE_DIR):
-    return os.path.join(module_dir, "_flags_%s_%s.py" % (engine, re.sub(r"[^0-9A-Za-z]", "_", version)))
+    """_flags_<engine>_<version>.py, a Python identifier: sglang-router 0.3.2 -> _flags_sglang_router_0_3_2.py."""
+    name = "_flags_%s_%s.py" % tuple(re.sub(r"[^0-9A-Za-z]", "_", part) for part in (engine, version))
+    return os.path.join(module_dir, name)
 
 
 def arity(spec):

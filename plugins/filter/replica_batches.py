@@ -58,7 +58,9 @@ def replicas_in_order(hosts, hostvars):
     """The replicas (lists of hosts) in the order of `hosts`; fails when one is split or partly out of the run."""
     replicas, seen_at = [], {}
     for host in hosts:
-        members = list((hostvars.get(host) or {}).get("kimi_replica_members") or [host])
+        facts = hostvars.get(host) or {}
+        # A disaggregated deployment (kimi_pd_members) is switched as one, as a replica is.
+        members = list(facts.get("kimi_pd_members") or facts.get("kimi_replica_members") or [host])
         key = tuple(members)
         if key in seen_at and seen_at[key] != len(replicas) - 1:
             between = [h for replica in replicas[seen_at[key] + 1:] for h in replica]
@@ -70,8 +72,8 @@ def replicas_in_order(hosts, hostvars):
             missing = [member for member in members if member not in hosts]
             if missing:
                 raise AnsibleFilterError(
-                    "%s belong(s) to the replica of %s but not to this run (--limit?): a replica is one engine over its "
-                    "hosts and is deployed whole; add them to --limit" % (", ".join(missing), host))
+                    "%s belong(s) to the replica of %s but not to this run (--limit?): a replica (or a disaggregated "
+                    "deployment) is deployed whole; add them to --limit" % (", ".join(missing), host))
             seen_at[key] = len(replicas)
             replicas.append(members)
     return replicas

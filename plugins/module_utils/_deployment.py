@@ -31,6 +31,7 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engines import (
 from ansible_collections.kimi.deploy.plugins.module_utils._engines import options as eng_options
 from ansible_collections.kimi.deploy.plugins.module_utils._fit import (
     MAX_NODES, MIN_KV_TOKENS, fit, replica_advice, replica_layout)
+from ansible_collections.kimi.deploy.plugins.module_utils._pd import for_instance, resolve_pd
 from ansible_collections.kimi.deploy.plugins.module_utils._inputs import (
     DeploymentError, check_choice, check_int, check_text, fail, is_unset, var)
 from ansible_collections.kimi.deploy.plugins.module_utils._validate import ValueRuleError, check_revision
@@ -552,10 +553,35 @@ def resolve(inputs, gpus=None, require_revision=True):
             "replica_advice": replica,
             "recommended": dict((k, advice[k]) for k in ("quant", "engine", "kv_cache_dtype", "moe_backend")),
         }
+    # A disaggregated deployment (kimi_pd): this host's role, the transfer backend, the router; the engine binds the
+    # host's address on the deployment's network (the router and the other role reach it there).
+    pd = resolve_pd(inputs.get("pd"), key, spec, version, deployment, warnings)
+    deployment["pd"] = pd
+    if pd:
+        if is_unset(inputs.get("host")):
+            deployment["host"] = pd["address"]
+            deployment["local_url"] = "http://%s:%d" % (pd["address"], port)
+        deployment["serves_api"] = node_rank == 0 and pd["router"]["is_here"]
+        deployment["container_env"] = dict(deployment["container_env"], **pd["container_env"])
+        reasons.append("Disaggregated (kimi_pd %s): this host is %s instance %d of %s; KV transfer: %s"
+                       % (pd["name"], pd["role"], pd["instance"],
+                          ", ".join("%s %s" % (i["role"], i["head"]) for i in pd["instances"]), pd["transfer_why"]))
+    # Where the clients' requests go on this host (Caddy's upstream): the router on a disaggregated deployment's
+    # router host, else the engine.
+    deployment["api_port"] = pd["router"]["port"] if pd and pd["router"]["is_here"] else port
+    deployment["api_url"] = pd["router"]["url"] if pd and pd["router"]["is_here"] else deployment["local_url"]
     deployment["engine_config"] = engine_config(key, version, deployment, user_options)
     deployment["engine_config_path"] = spec["config_path"] if deployment["engine_config"] is not None else None
     deployment["argv"] = engine_argv(deployment)
     deployment["command"] = command_for(deployment)
     # Every member's command (the same but for its rank), for the plan and for checking a replica agrees.
     deployment["member_commands"] = [command_for(dict(deployment, node_rank=rank)) for rank in range(nodes)]
+    if pd:  # every instance's command (its role, address and KV settings), for the plan
+        for index, instance in enumerate(pd["instances"]):
+            view = dict(deployment, pd=dict(pd, **for_instance(pd, index, key, spec["disaggregation"], deployment)))
+            if is_unset(inputs.get("host")):
+                view["host"] = instance["address"]
+            view["engine_config"] = engine_config(key, version, view, user_options)
+            instance["command"] = command_for(view)
+            instance["engine_config"] = view["engine_config"]
     return deployment

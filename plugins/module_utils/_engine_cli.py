@@ -36,7 +36,7 @@ def _looks_like_value(text):
     return not text.startswith("-") or text == "-" or full_match(NEGATIVE_NUMBER_RE, text)
 
 
-def _option(table, index, label, name, spelling):
+def _option(table, index, label, name, spelling, field="extra_args"):
     """An option as written -> (dest, values, implied value or None, refusal or None), the way the parser reads it:
     exact names, aliases and short options, vLLM's --foo_bar and --opt.key spellings and -O<n>. Refuses unknown
     options, naming the engine version (`label`). The refusal is for a spelling the engine would refuse although its
@@ -55,7 +55,7 @@ def _option(table, index, label, name, spelling):
     base, dot, key = name.partition(".")
     if dot and base in table["dotted"]:
         if not re.match(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*\+?$", key):
-            fail("extra_args", spelling, None, "%s takes --%s.KEY VALUE with a dotted key of letters, digits "
+            fail(field, spelling, None, "%s takes --%s.KEY VALUE with a dotted key of letters, digits "
                  "and _" % (label, base.lstrip("-")))
         return index[base][0], 1, None, None
     for other in (name.replace("_", "-"), "--" + name[2:].replace("-", "_")):
@@ -69,10 +69,10 @@ def _option(table, index, label, name, spelling):
     if prefixed and table["parser"] == "argparse":
         why += " (argparse would take it as an abbreviation of %s; kimi.deploy requires full option names)" % (
             " or ".join(prefixed[:3]))
-    fail("extra_args", spelling, None, why)
+    fail(field, spelling, None, why)
 
 
-def check_extra(table, label, managed, extra):
+def check_extra(table, label, managed, extra, field="extra_args"):
     """kimi_engine_extra_args, read the way `table`'s parser reads argv, returned as argv elements.
 
     managed: dest -> the Arg that the collection emits for it (every spelling of a managed dest is refused).
@@ -83,7 +83,7 @@ def check_extra(table, label, managed, extra):
     """
     extra = [] if extra is None or extra == "" else extra
     if isinstance(extra, str) or not isinstance(extra, (list, tuple)) or not all(isinstance(a, str) for a in extra):
-        fail("extra_args", extra, ["a list of strings, e.g. ['--max-running-requests', '64']"])
+        fail(field, extra, ["a list of strings, e.g. ['--max-running-requests', '64']"])
     index = option_index(table)
     elements = [element.strip() for element in extra]
     argv = []
@@ -92,25 +92,25 @@ def check_extra(table, label, managed, extra):
         spelling = elements[position]
         position += 1
         if _looks_like_value(spelling):
-            fail("extra_args", spelling, None, "it is not an option and follows no option that takes a value "
+            fail(field, spelling, None, "it is not an option and follows no option that takes a value "
                  "(give options as '--flag', '--flag=value', '--flag value' or '--flag', 'value')")
         name, equals, rest = OPTION_RE.match(spelling).groups()
-        dest, values, implied, refusal = _option(table, index, label, name, spelling)
+        dest, values, implied, refusal = _option(table, index, label, name, spelling, field)
         if dest in managed:  # the managed-flag rule: by dest, so every spelling of a managed flag
             arg = managed[dest]
             instead = ("use %s instead" % var(arg.field)) if arg.field else "the collection fixes it for Kimi-K2.6"
-            fail("extra_args", spelling, None, "%s is set by the collection (%s's %s, emitted as %s); %s"
+            fail(field, spelling, None, "%s is set by the collection (%s's %s, emitted as %s); %s"
                  % (name, label, dest, "the model argument" if arg.positional else arg.option, instead))
         if refusal:
-            fail("extra_args", spelling, None, refusal)
+            fail(field, spelling, None, refusal)
         given = [rest.strip()] if equals or rest.strip() else []
         if implied is not None:  # -O3
             if given:
-                fail("extra_args", spelling, None, "%s already carries its value" % name)
+                fail(field, spelling, None, "%s already carries its value" % name)
             given = [implied]
         if values == 0:
             if given:
-                fail("extra_args", spelling, None, "%s is a switch and takes no value" % name)
+                fail(field, spelling, None, "%s is a switch and takes no value" % name)
             argv.append(spelling)
             continue
         if not given:
@@ -119,7 +119,7 @@ def check_extra(table, label, managed, extra):
                 given.append(elements[position])
                 position += 1
         if not given and values in (1, "+"):
-            fail("extra_args", spelling, None, "%s needs a value, e.g. '%s=VALUE' or '%s', 'VALUE'"
+            fail(field, spelling, None, "%s needs a value, e.g. '%s=VALUE' or '%s', 'VALUE'"
                  % (name, name, name))
         argv.extend([spelling] if equals or implied is not None else [name] + given)
     return argv

@@ -12,7 +12,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kimi.deploy.plugins.module_utils._engine_spec import (
-    Arg, dist_init_addr, model, multi_node, pipelined, quantization, reasoning_parser, tool_parser)
+    Arg, dist_init_addr, model, multi_node, pd_bootstrap_port, pd_prefill, pd_rdma_devices, pd_role,
+    pd_transfer_backend, pipelined, quantization, reasoning_parser, tool_parser)
 from ansible_collections.kimi.deploy.plugins.module_utils._flags_sglang_0_5_12_post1 import OPTIONS as V0_5_12_POST1
 from ansible_collections.kimi.deploy.plugins.module_utils._flags_sglang_0_5_23 import OPTIONS as V0_5_23
 
@@ -63,6 +64,20 @@ ENGINE = {
                                   "build its kernels at start-up"),
     ),
     "shm_bytes": None,
+    # Prefill/decode disaggregation (seed 001's flags; SGLang's docs): Mooncake over RDMA, else NIXL, whose UCX
+    # transport falls back to TCP (0.5.12.post1 has no TCP Mooncake backend; mooncake_tcp comes in 0.5.13).
+    "disaggregation": {
+        "router": "sglang-router",
+        "bootstrap": True,
+        "rdma": "mooncake",
+        "tcp": "nixl",
+        "backends": {
+            "mooncake": {"rdma": True, "why": "Mooncake's transfer engine moves the KV cache GPU to GPU over RDMA "
+                                              "(--disaggregation-ib-device names the devices)."},
+            "nixl": {"rdma": False, "why": "NIXL over UCX, which uses RDMA where it finds it and TCP otherwise (at NIC "
+                                           "speed: fine for a test or a small deployment, slow for long prompts)."},
+        },
+    },
     "args": (
         Arg("--model-path", "quant", model),
         Arg("--tp-size", "tp"),
@@ -82,6 +97,12 @@ ENGINE = {
         Arg("--nnodes", "nodes", when=multi_node),
         Arg("--node-rank", "node_rank", when=multi_node),
         Arg("--dist-init-addr", "head_address", dist_init_addr, when=multi_node),
+        # A disaggregated deployment (kimi_pd): this instance's role, the KV transfer backend, the prefill's
+        # bootstrap server (the decode asks it where each request's KV cache is) and the RDMA devices to move it on.
+        Arg("--disaggregation-mode", "pd_role", pd_role, when=pd_role),
+        Arg("--disaggregation-transfer-backend", "pd_transfer_backend", pd_transfer_backend, when=pd_role),
+        Arg("--disaggregation-bootstrap-port", "pd_bootstrap_port", pd_bootstrap_port, when=pd_prefill),
+        Arg("--disaggregation-ib-device", "pd_rdma_devices", pd_rdma_devices, when=pd_rdma_devices),
     ),
     "config": None,
     "config_path": None,

@@ -16,7 +16,8 @@ __metaclass__ = type
 
 from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import GIB
 from ansible_collections.kimi.deploy.plugins.module_utils._engine_spec import (
-    Arg, model, reasoning_parser, tool_parser)
+    Arg, model, pd_bootstrap_port, pd_prefill, pd_rdma_devices, pd_role, pd_transfer_backend, reasoning_parser,
+    tool_parser)
 from ansible_collections.kimi.deploy.plugins.module_utils._flags_sglang_0_5_13_post1 import OPTIONS as V0_5_13_POST1
 
 ENGINE = {
@@ -73,6 +74,20 @@ ENGINE = {
         "SGLANG_NPU_USE_MLAPO": "1",
         "SGLANG_NPU_USE_MULTI_STREAM": "1",
     },
+    # Prefill/decode disaggregation (seed 001: --disaggregation-mode prefill|decode --disaggregation-transfer-backend
+    # ascend): the NPUs move the KV cache over their own RoCE ports, so no host RDMA device is needed.
+    "disaggregation": {
+        "router": "sglang-router",
+        "bootstrap": True,
+        "rdma": "ascend",
+        "tcp": "ascend",
+        "backends": {
+            "ascend": {"rdma": False, "why": "the Ascend transfer backend moves the KV cache NPU to NPU over the NPUs' "
+                                             "own RoCE network (seed 001)."},
+            "mooncake": {"rdma": False, "why": "Mooncake's transfer engine on Ascend (memfabric), over the NPUs' "
+                                               "network."},
+        },
+    },
     "args": (
         Arg("--model-path", "quant", model),
         Arg("--quantization", "quant", value="modelslim"),
@@ -92,6 +107,12 @@ ENGINE = {
         Arg("--mem-fraction-static", "mem_fraction"),
         Arg("--context-length", "context_length"),
         Arg("--enable-metrics"),
+        # A disaggregated deployment (kimi_pd): this instance's role, the KV transfer backend, the prefill's
+        # bootstrap server (the decode asks it where each request's KV cache is) and the RDMA devices to move it on.
+        Arg("--disaggregation-mode", "pd_role", pd_role, when=pd_role),
+        Arg("--disaggregation-transfer-backend", "pd_transfer_backend", pd_transfer_backend, when=pd_role),
+        Arg("--disaggregation-bootstrap-port", "pd_bootstrap_port", pd_bootstrap_port, when=pd_prefill),
+        Arg("--disaggregation-ib-device", "pd_rdma_devices", pd_rdma_devices, when=pd_rdma_devices),
     ),
     "config": None,
     "config_path": None,

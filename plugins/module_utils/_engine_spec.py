@@ -32,6 +32,11 @@ An engine file declares ENGINE, a dict read by _engines (the registry), _fit and
   image_refusals:     ((regex on the image reference, why), ...).
   shm_bytes:          /dev/shm the engine needs at weight load (None: no check), shm_why.
   metrics_path:       where the engine serves Prometheus text (default /metrics): what kimi_metrics scrapes.
+  disaggregation:     None (not served disaggregated; disaggregation_why says why), or {router: the _routers key,
+                      backends: {name: {rdma: moves the KV over RDMA only, why}}, rdma / tcp: the backend chosen with
+                      RDMA devices on every host / without, bootstrap: the prefill serves a bootstrap port (SGLang),
+                      kv_transfer_config: "nixl" or "mooncake-v1" (vLLM's --kv-transfer-config), container_env}.
+                      The engine's PD arguments are Args on the `pd` field (pd_* below).
   args:               the flags the collection emits, in order (Arg); the managed set is derived from them.
   config:             None, or a function of the deployment returning the engine's config file (a dict), with
                       config_managed (dotted key -> field or None), config_defaults (a function of the deployment:
@@ -42,6 +47,8 @@ An engine file declares ENGINE, a dict read by _engines (the registry), _fit and
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
+
+import json
 
 from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import CHECKPOINTS
 from ansible_collections.kimi.deploy.plugins.module_utils._inputs import text
@@ -130,3 +137,31 @@ def tool_parser(deployment):
 
 def reasoning_parser(deployment):
     return deployment["reasoning_parser"]
+
+
+# Prefill/decode disaggregation (_pd): the `pd` field of a disaggregated deployment, None otherwise.
+def pd_role(deployment):
+    return (deployment.get("pd") or {}).get("role")
+
+
+def pd_prefill(deployment):
+    return pd_role(deployment) == "prefill"
+
+
+def pd_transfer_backend(deployment):
+    return deployment["pd"]["transfer_backend"]
+
+
+def pd_bootstrap_port(deployment):
+    return str(deployment["pd"]["bootstrap_port"])
+
+
+def pd_rdma_devices(deployment):
+    """SGLang's --disaggregation-ib-device: the RDMA devices of this host, for a backend over RDMA."""
+    return ",".join((deployment.get("pd") or {}).get("rdma_devices") or []) or None
+
+
+def pd_kv_transfer_config(deployment):
+    """vLLM's --kv-transfer-config JSON, or None."""
+    config = (deployment.get("pd") or {}).get("kv_transfer_config")
+    return json.dumps(config, separators=(",", ":"), sort_keys=True) if config else None

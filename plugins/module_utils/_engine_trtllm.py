@@ -44,7 +44,7 @@ def _revision(deployment):
 def config(deployment):
     """The LLM-API YAML of a resolved deployment: the managed keys (CONFIG_MANAGED), over CONFIG_DEFAULTS, under
     kimi_trtllm_options (already checked against the schema and merged by the resolver)."""
-    return {
+    out = {
         "tensor_parallel_size": deployment["tp"],
         "pipeline_parallel_size": deployment["pp"],
         "max_seq_len": deployment["context_length"],
@@ -58,6 +58,12 @@ def config(deployment):
         "return_perf_metrics": True,
         "enable_iter_perf_stats": True,
     }
+    pd = deployment.get("pd")
+    if pd:  # seed 003: the KV cache moves between context and generation servers through the cache transceiver
+        out["cache_transceiver_config"] = {"backend": pd["transfer_backend"]}
+        # TensorRT-LLM's disaggregated examples: the context (prefill) servers run without the overlap scheduler.
+        out["disable_overlap_scheduler"] = pd["role"] == "prefill"
+    return out
 
 
 def config_defaults(deployment):
@@ -137,6 +143,19 @@ ENGINE = {
     "shm_why": "TensorRT-LLM stages the weights through /dev/shm while it loads them; with less, it dies with 'Caught "
                "signal 7 (Bus error: nonexistent physical address)' (seed 003, NVIDIA's Kimi K2 guide: tmpfs "
                "/dev/shm size=640G)",
+    # Prefill/decode disaggregation (seed 003: context and generation servers with cache_transceiver_config backend
+    # UCX), behind the engine image's own router, trtllm-serve disaggregated.
+    "disaggregation": {
+        "router": "trtllm-disaggregated",
+        "bootstrap": False,
+        "rdma": "UCX",
+        "tcp": "UCX",
+        "backends": {
+            "UCX": {"rdma": False, "why": "the cache transceiver over UCX (seed 003), on RDMA or NVLink where UCX finds "
+                                          "them and TCP otherwise."},
+            "NIXL": {"rdma": False, "why": "the cache transceiver over NIXL."},
+        },
+    },
     "args": (
         Arg("--model", "quant", model, positional=True),  # `trtllm-serve <model>`
         Arg("--revision", "revision", _revision, when=_revision),
@@ -165,6 +184,8 @@ ENGINE = {
         "backend": None,
         "return_perf_metrics": None,
         "enable_iter_perf_stats": None,
+        "cache_transceiver_config.backend": "pd_transfer_backend",
+        "disable_overlap_scheduler": "pd_role",
     },
     "config_defaults": config_defaults,
 }

@@ -13,7 +13,8 @@ __metaclass__ = type
 
 from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import GB
 from ansible_collections.kimi.deploy.plugins.module_utils._engine_spec import (
-    Arg, model, multi_node, nvfp4, pipelined, quantization, reasoning_parser, tool_parser, worker)
+    Arg, model, multi_node, nvfp4, pd_kv_transfer_config, pipelined, quantization, reasoning_parser, tool_parser,
+    worker)
 from ansible_collections.kimi.deploy.plugins.module_utils._flags_vllm_0_22_1 import OPTIONS as V0_22_1
 from ansible_collections.kimi.deploy.plugins.module_utils._flags_vllm_0_33_0 import OPTIONS as V0_33_0
 
@@ -68,6 +69,19 @@ ENGINE = {
     "vision": True,
     "image_refusals": (),
     "shm_bytes": None,
+    # Prefill/decode disaggregation (vLLM's docs: NixlConnector, kv_role kv_both on both sides; the decode pulls the
+    # KV cache through NIXL's side channel), behind vllm-router.
+    "disaggregation": {
+        "router": "vllm-router",
+        "bootstrap": False,
+        "kv_transfer_config": "nixl",
+        "rdma": "nixl",
+        "tcp": "nixl",
+        "backends": {
+            "nixl": {"rdma": False, "why": "vLLM's NixlConnector: NIXL over UCX, on RDMA where UCX finds it and TCP "
+                                           "otherwise; the decode pulls each request's KV blocks from the prefill."},
+        },
+    },
     "args": (
         Arg("--model", "quant", model, positional=True),  # `vllm serve <model>`
         Arg("--tensor-parallel-size", "tp"),
@@ -92,6 +106,8 @@ ENGINE = {
         Arg("--master-addr", "head_address", when=multi_node),
         Arg("--master-port", "dist_port", when=multi_node),
         Arg("--headless", when=worker),
+        # A disaggregated deployment (kimi_pd): the KV connector and this instance's role in it.
+        Arg("--kv-transfer-config", "pd_role", pd_kv_transfer_config, when=pd_kv_transfer_config),
     ),
     "config": None,
     "config_path": None,

@@ -18,8 +18,8 @@ import json
 
 from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import GB, GIB
 from ansible_collections.kimi.deploy.plugins.module_utils._engine_spec import (
-    Arg, data_parallel, data_parallel_local, data_parallel_start_rank, model, multi_node, reasoning_parser, tool_parser,
-    worker)
+    Arg, data_parallel, data_parallel_local, data_parallel_start_rank, model, multi_node, pd_kv_transfer_config,
+    reasoning_parser, tool_parser, worker)
 from ansible_collections.kimi.deploy.plugins.module_utils._flags_vllm_0_20_2 import OPTIONS as VLLM_0_20_2
 
 ENGINE = {
@@ -86,6 +86,21 @@ ENGINE = {
         "VLLM_ASCEND_BALANCE_SCHEDULING": "1",
     },
     "container_env_multi_node": {"VLLM_RPC_TIMEOUT": "3600000", "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "30000"},
+    # Prefill/decode disaggregation (seed 004: MooncakeConnectorV1, kv_producer on prefill, kv_consumer on decode, a
+    # kv_port and an engine id per instance, both layouts in kv_connector_extra_config), behind vllm-router (seed 004
+    # runs vllm-ascend's example proxy; the issue's choice is the engine project's own router).
+    "disaggregation": {
+        "router": "vllm-router",
+        "bootstrap": False,
+        "kv_transfer_config": "mooncake-v1",
+        "rdma": "mooncake",
+        "tcp": "mooncake",
+        "backends": {
+            "mooncake": {"rdma": False, "why": "vLLM-Ascend's MooncakeConnectorV1 pushes the KV cache NPU to NPU over "
+                                               "the NPUs' own network (seed 004)."},
+        },
+        "container_env": {"ASCEND_BUFFER_POOL": "4:8"},
+    },
     "args": (
         Arg("--model", "quant", model, positional=True),
         Arg("--quantization", "quant", value="ascend"),
@@ -110,6 +125,8 @@ ENGINE = {
         Arg("--data-parallel-rpc-port", "dist_port", when=multi_node),
         Arg("--data-parallel-start-rank", "node_rank", data_parallel_start_rank, when=worker),
         Arg("--headless", when=worker),
+        # A disaggregated deployment (kimi_pd): the KV connector and this instance's role in it.
+        Arg("--kv-transfer-config", "pd_role", pd_kv_transfer_config, when=pd_kv_transfer_config),
     ),
     "config": None,
     "config_path": None,

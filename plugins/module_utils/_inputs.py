@@ -41,6 +41,18 @@ VARIABLES = {
     "node_rank": "kimi_replica (the host's place among the replica's hosts, in inventory order)",
     "head_address": "kimi_replica_head_address",
     "dist_port": "kimi_replica_port",
+    # A disaggregated deployment (_pd): the inventory's hosts with kimi_pd, each with kimi_pd_role.
+    "pd_members": "kimi_pd",
+    "pd_role": "kimi_pd_role",
+    "pd_plan": "kimi_pd_plan",
+    "pd_address": "kimi_pd_address",
+    "pd_router": "kimi_pd_router",
+    "pd_transfer_backend": "kimi_pd_transfer_backend",
+    "pd_rdma_devices": "kimi_pd_rdma_devices",
+    "pd_bootstrap_port": "kimi_pd_bootstrap_port",
+    "pd_router_port": "kimi_pd_router_port",
+    "pd_router_metrics_port": "kimi_pd_router_metrics_port",
+    "pd_router_extra_args": "kimi_pd_router_extra_args",
 }
 
 

@@ -40,8 +40,7 @@ def plan_lines(d):
                "memory knob: %s is %s" % (d["memory_flag"], d.get("memory_meaning", "?")),
                "served model name: %s on %s:%s" % (d["served_model_name"], d["host"], d["port"]),
                "verify checks: %s" % ", ".join(d.get("verify_checks", []))]
-            + _replica_lines(d)
-            + _config_lines(d)
+            + (_pd_lines(d) if d.get("pd") else _replica_lines(d) + _config_lines(d))
             + (["container environment (%s): %s" % (d["engine_title"], " ".join(
                 "%s=%s" % item for item in sorted(d["container_env"].items())))] if d.get("container_env") else [])
             + ["warning: " + w for w in d.get("warnings", [])])
@@ -87,6 +86,35 @@ def _replica_lines(d):
              % (nodes, d["head_address"], d["dist_port"], _layout(d))]
     for rank, command in enumerate(d["member_commands"]):
         lines.append("command on host %d%s: %s" % (rank, " (head)" if rank == 0 else "", " ".join(command)))
+    return lines
+
+
+def _pd_lines(d):
+    """A disaggregated deployment: its instances, each one's command (and config file), the router's."""
+    pd = d["pd"]
+    router = pd["router"]
+    roles = [i["role"] for i in pd["instances"]]
+    lines = ["disaggregated: kimi_pd %s, %dP%dD (%s); KV transfer %s: %s" % (
+        pd["name"], roles.count("prefill"), roles.count("decode"), ", ".join(
+            "%s %s at %s" % (i["role"], i["head"], i["url"]) for i in pd["instances"]), pd["transfer_backend"],
+        pd["transfer_why"])]
+    if pd.get("bootstrap_port"):
+        lines.append("bootstrap: each prefill serves its bootstrap server on port %d (the decode asks it for the KV)"
+                     % pd["bootstrap_port"])
+    lines.append("KV layout that must match on every host: " + ", ".join(
+        "%s=%s" % item for item in sorted(pd["layout"].items())))
+    for instance in pd["instances"]:
+        lines.append("command of %s instance %s%s: %s" % (instance["role"], instance["head"], (
+            " (hosts %s)" % ", ".join(instance["hosts"])) if len(instance["hosts"]) > 1 else "",
+            " ".join(instance["command"])))
+        if instance.get("engine_config") is not None:
+            lines.extend(line for line in _config_lines(dict(d, engine_config=instance["engine_config"]))[1:])
+    lines.append("router on %s: %s %s (%s), Caddy in front of it at %s, Prometheus text at %s" % (
+        router["host"], router["title"], router["version"], "the pinned wheel in a virtualenv" if router["install"] ==
+        "venv" else "from the engine image", router["url"], router["metrics_url"]))
+    lines.append("command of the router: " + " ".join(router["command"]))
+    if router.get("config"):
+        lines.append("router config %s: %s" % (router["config_path"], json.dumps(router["config"], sort_keys=True)))
     return lines
 
 

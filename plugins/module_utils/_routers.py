@@ -1,0 +1,147 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""The engines' own prefill/decode routers, as data, and their command lines. Private to kimi.deploy.
+
+A router is pinned like an engine release: a version with the flag list generated from its released package
+(tools/engine_flags.py, as the engines'), and every option the collection emits is checked against that list, as are
+kimi_pd_router_extra_args (read the way the router's parser reads them). install: "venv" (the pinned wheel in a
+virtualenv on the router host: sglang-router and vllm-router are Rust routers shipped as PyPI wheels) or "image" (the
+engine image's own router: trtllm-serve disaggregated). metrics: "own-port" (a Prometheus listener of its own) or
+"same-port" (on the router's port).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kimi.deploy.plugins.module_utils._engine_cli import check_extra, option_index
+from ansible_collections.kimi.deploy.plugins.module_utils._flags_sglang_router_0_3_2 import OPTIONS as SGLANG_ROUTER
+from ansible_collections.kimi.deploy.plugins.module_utils._flags_vllm_router_0_1_17 import OPTIONS as VLLM_ROUTER
+from ansible_collections.kimi.deploy.plugins.module_utils._inputs import DeploymentError
+
+# trtllm-serve disaggregated (click), read from tensorrt_llm/commands/serve.py on GitHub (the code index's copy, the
+# same file the 1.3.0rc17 serve list was read from is not the tag): the options of the `disaggregated` command.
+TRTLLM_DISAGGREGATED = {
+    "engine": "trtllm-serve disaggregated",
+    "version": "1.3.0rc17",
+    "provenance": "approximate",
+    "parser": "click",
+    "underscores": False,
+    "dotted": (),
+    "optimization_level": None,
+    "dests": {
+        "config_file": (1, "--config_file", "-c"),
+        "metadata_server_config_file": (1, "--metadata_server_config_file", "-m"),
+        "server_start_timeout": (1, "--server_start_timeout", "-t"),
+        "request_timeout": (1, "--request_timeout", "-r"),
+        "log_level": (1, "--log_level", "-l"),
+        "metrics_log_interval": (1, "--metrics-log-interval"),
+    },
+    "arities": {},
+    "values": {"log_level": ("internal_error", "error", "warning", "info", "verbose", "debug", "trace")},
+}
+
+ROUTERS = {
+    "sglang-router": {
+        "title": "sglang-router",
+        "package": "sglang-router",
+        "version": "0.3.2",
+        "options": SGLANG_ROUTER,
+        "entrypoint": ("python3", "-m", "sglang_router.launch_router"),
+        "install": "venv",
+        "metrics": "own-port",
+        "metrics_path": "/metrics",
+        "health_path": "/health",
+    },
+    "vllm-router": {
+        "title": "vllm-router",
+        "package": "vllm-router",
+        "version": "0.1.17",
+        "options": VLLM_ROUTER,
+        "entrypoint": ("vllm-router",),
+        "install": "venv",
+        "metrics": "own-port",
+        "metrics_path": "/metrics",
+        "health_path": "/health",
+    },
+    "trtllm-disaggregated": {
+        "title": "trtllm-serve disaggregated",
+        "package": None,
+        "version": "1.3.0rc17",
+        "options": TRTLLM_DISAGGREGATED,
+        "entrypoint": ("trtllm-serve", "disaggregated"),
+        "install": "image",
+        "metrics": "same-port",
+        "metrics_path": "/prometheus/metrics",
+        "health_path": "/health",
+        "config_path": "/etc/kimi-k26/disagg.yaml",
+    },
+}
+
+
+class _Managed:
+    """The managed-option record check_extra reads (the variable a user sets instead)."""
+
+    def __init__(self, option, field=None):
+        self.option, self.field, self.positional = option, field, False
+
+
+def _instances(pd, role):
+    return [i for i in pd["instances"] if i["role"] == role]
+
+
+def _sglang_router(pd, deployment):
+    argv = ["--pd-disaggregation"]
+    for instance in _instances(pd, "prefill"):
+        argv += ["--prefill", instance["url"], str(pd["bootstrap_port"])]
+    for instance in _instances(pd, "decode"):
+        argv += ["--decode", instance["url"]]
+    return argv, None
+
+
+def _vllm_router(pd, deployment):
+    argv = ["--vllm-pd-disaggregation"]
+    for instance in _instances(pd, "prefill"):
+        argv += ["--prefill", instance["url"]]
+    for instance in _instances(pd, "decode"):
+        argv += ["--decode", instance["url"]]
+    argv += ["--kv-connector", {"nixl": "nixl", "mooncake": "mooncake"}[pd["transfer_backend"]]]
+    return argv, None
+
+
+def _trtllm_disaggregated(pd, deployment):
+    def servers(role):
+        urls = ["%s:%d" % (i["address"], i["port"]) for i in _instances(pd, role)]
+        return {"num_instances": len(urls), "urls": urls}
+    config = {"hostname": "127.0.0.1", "port": pd["router"]["port"], "backend": "pytorch",
+              "context_servers": servers("prefill"), "generation_servers": servers("decode")}
+    return ["--config_file", ROUTERS["trtllm-disaggregated"]["config_path"]], config
+
+
+BUILDERS = {"sglang-router": _sglang_router, "vllm-router": _vllm_router, "trtllm-disaggregated": _trtllm_disaggregated}
+# Options every venv router takes the same way: the API on loopback (Caddy fronts it), its Prometheus text on loopback.
+LISTEN = {"venv": lambda r: ["--host", "127.0.0.1", "--port", str(r["port"]), "--prometheus-host", "127.0.0.1",
+                             "--prometheus-port", str(r["metrics_port"])],
+          "image": lambda r: []}
+
+
+def router_argv(name, pd, deployment, extra):
+    """(argv after the router's entry point, its config file or None) for the router `name` of the disaggregated
+    deployment `pd`; every option checked against the pinned router's list, kimi_pd_router_extra_args read as its
+    parser reads them."""
+    router = ROUTERS[name]
+    argv, config = BUILDERS[name](pd, deployment)
+    argv += LISTEN[router["install"]](pd["router"])
+    table = router["options"]
+    index = option_index(table)
+    label = "%s %s" % (router["title"], router["version"])
+    managed = {}
+    for element in argv:
+        if element.startswith("-") and not element.lstrip("-").isdigit():
+            if element not in index:
+                raise DeploymentError("kimi_pd: %s, which the collection passes to the router, is not an option of %s "
+                                      "(its flag list: plugins/module_utils/_flags_*); that version needs its own "
+                                      "router data (plugins/module_utils/_routers.py)" % (element, label))
+            managed[index[element][0]] = _Managed(element, "pd_router")
+    return argv + check_extra(table, label, managed, extra, field="pd_router_extra_args"), config
