@@ -11,7 +11,7 @@ COLLECTION_LINK := .collections/ansible_collections/kimi/deploy
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help setup demo demo-plan demo-bench bench-client demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean engine-flags
+.PHONY: help setup demo demo-plan demo-bench bench-client router-client demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean engine-flags
 
 help:  ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -44,6 +44,14 @@ bench-client: .venv-bench/.stamp  ## The benchmark client (aiperf, pinned in req
 	@test -n "$(PYTHON)" || { echo "Python 3.12 not found: set PYTHON=/path/to/python3.12" >&2; exit 1; }
 	$(PYTHON) -m venv .venv-bench
 	.venv-bench/bin/pip install -q --disable-pip-version-check -r requirements-bench.txt
+	touch $@
+
+router-client: .venv-router/.stamp  ## The PD routers (sglang-router, vllm-router, pinned in requirements-router.txt) in .venv-router, for the tests
+
+.venv-router/.stamp: requirements-router.txt
+	@test -n "$(PYTHON)" || { echo "Python 3.12 not found: set PYTHON=/path/to/python3.12" >&2; exit 1; }
+	$(PYTHON) -m venv .venv-router
+	.venv-router/bin/pip install -q --disable-pip-version-check -r requirements-router.txt
 	touch $@
 
 demo-clean:  ## Remove everything make demo made (the host, its volumes, .demo/)

@@ -77,6 +77,7 @@ run sanity tests/sanity.sh
 run build-install build_and_install
 # The benchmark client (aiperf in .venv-bench): tests/integration/test_serve_bench.py and make demo-bench run it.
 run bench-client make --no-print-directory bench-client
+run router-client make --no-print-directory router-client
 suite pytest "$out/pytest.xml" pytest -q -p no:cacheprovider --junitxml="$out/pytest.xml" tests/unit tests/integration
 
 # make demo end to end (the README's first command) on its own demo host: completion through Caddy, 401, idempotence,

@@ -13,7 +13,8 @@ version_added: 0.3.0
 author: kimi.deploy contributors
 description:
   - One scrape job per kind of series - C(kimi-engine) (C(/metrics)), C(kimi-node) (C(/metrics/node)),
-    C(kimi-accelerator) (C(/metrics/accelerator)), C(kimi-caddy) (C(/metrics/caddy)) - over HTTPS to each host's
+    C(kimi-accelerator) (C(/metrics/accelerator)), C(kimi-caddy) (C(/metrics/caddy)), C(kimi-router) (C(/metrics/router),
+    a disaggregated deployment's router host) - over HTTPS to each host's
     Caddy, with a bearer metrics key read from a file (never in the configuration itself).
   - Every target is labelled C(instance) (the inventory name) and C(replica) (C("") for a host alone).
   - Hosts whose metrics keys differ get one job per key (C(kimi-engine-<digest>)), relabelled to the same C(job).
@@ -57,7 +58,7 @@ import hashlib
 from ansible.errors import AnsibleFilterError
 
 JOBS = (("/metrics", "kimi-engine"), ("/metrics/node", "kimi-node"), ("/metrics/accelerator", "kimi-accelerator"),
-        ("/metrics/caddy", "kimi-caddy"))
+        ("/metrics/caddy", "kimi-caddy"), ("/metrics/router", "kimi-router"))
 
 
 def prometheus_scrape(targets, key_dir, ca_file="", interval="15s"):

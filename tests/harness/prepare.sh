@@ -15,7 +15,9 @@
 #        caddy installed but disabled)
 #   4. The doubles, when their builders exist: the signed NVIDIA-double apt repo in $CACHE/apt and the
 #      engine-double images, saved together in $CACHE/engine-images.tar for `docker load` in nested engines.
-#   5. A summary with timings.
+#   5. The routers' wheels (requirements-router.txt) with their dependencies for the trixie-docker instances'
+#      Python, in $CACHE/router-wheels: kimi_router installs from there with --no-index (kimi_router_wheelhouse).
+#   6. A summary with timings.
 #
 # Environment: KIMI_TEST_CACHE (default .cache/kimi-test), KIMI_TEST_MIRROR / KIMI_TEST_SECURITY_MIRROR
 # (default http://deb.debian.org/debian and .../debian-security), KIMI_DOCKERD_LOG
@@ -31,9 +33,10 @@ DOCKERD_LOG=${KIMI_DOCKERD_LOG:-/var/log/kimi-dockerd.log}
 REBUILD=${KIMI_TEST_REBUILD:-0}
 IMAGE_REPO=kimi-test/debian-systemd
 BASE_PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,python3-debian,sudo,iproute2,procps,curl,ca-certificates,gpg
-# caddy, prometheus, prometheus-node-exporter: the instances cannot reach an apt mirror, so caddy_proxy, kimi_metrics
-# and kimi_monitoring find their Debian packages already installed (apt state=present is then a no-op)
-DOCKER_PACKAGES="docker.io docker-cli python3-docker caddy zstd prometheus prometheus-node-exporter"
+# caddy, prometheus, prometheus-node-exporter, python3-venv, python3-packaging: the instances cannot reach an apt
+# mirror, so caddy_proxy, kimi_metrics, kimi_monitoring and kimi_router find their Debian packages already installed
+# (apt state=present is then a no-op)
+DOCKER_PACKAGES="docker.io docker-cli python3-docker caddy zstd prometheus prometheus-node-exporter python3-venv python3-packaging"
 # units the packages' postinst enabled that stay off in the image: an instance boots with only what its scenario
 # starts (caddy's default :80 site and :2019 admin API would be live in every trixie-docker instance otherwise)
 DOCKER_DISABLED_UNITS="caddy.service caddy-api.service prometheus.service prometheus-node-exporter.service"
@@ -228,6 +231,22 @@ engine_images() {  # build-image.sh keeps its own content key (sources, flag fix
 	fi
 }
 
+# ---------------------------------------------------------------- 5. router wheels
+router_wheels() {  # for the instances' Python (trixie: CPython 3.13, x86_64), keyed by requirements-router.txt
+	local dir=$CACHE/router-wheels key py
+	py=$(command -v python3)
+	key=$(cat "$ROOT/requirements-router.txt" | sha256sum | cut -c1-16)-cp313
+	if [ "$REBUILD" != 1 ] && [ "$(cat "$dir/.key" 2>/dev/null)" = "$key" ]; then status "current ($dir)"; return; fi
+	rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
+	"$py" -m pip download -q --disable-pip-version-check --only-binary=:all: --python-version 3.13 \
+		--implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 -d "$dir.tmp" -r "$ROOT/requirements-router.txt" >"$CACHE/router-wheels.log" 2>&1 ||
+		{ tail -n 20 "$CACHE/router-wheels.log" >&2; return 1; }
+	echo "$key" >"$dir.tmp/.key"
+	rm -rf "$dir"; mv "$dir.tmp" "$dir"
+	status "downloaded $(ls "$dir" | wc -l) wheels ($(du -sm "$dir" | cut -f1) MB)"
+}
+
 # leftovers of an interrupted build (we hold the lock, so nobody else is building)
 { findmnt -rn -o TARGET | grep "^$CACHE/rootfs-" || true; } | sort -r | xargs -r umount -l
 rm -rf "$CACHE"/rootfs-* "$CACHE"/engine-images.tar.tmp
@@ -240,6 +259,7 @@ step "image $IMAGE_REPO:trixie" ensure_base trixie || RC=1
 step "image $IMAGE_REPO:trixie-docker" ensure_docker_variant || RC=1
 step "nvidia doubles apt repo" nvidia_repo || RC=1
 step "engine double images" engine_images || RC=1
+step "router wheels" router_wheels || RC=1
 
 echo "== kimi test harness $([ $RC = 0 ] && echo ready || echo 'NOT ready') in $(since "$T0") s (cache: $CACHE)"
 printf '   %s\n' "${SUMMARY[@]}"

@@ -321,3 +321,19 @@ def test_site_refuses_cuda_only_identities_on_an_ascend_host_before_any_change(t
            "INT4 (compressed-tensors, Marlin MoE kernels) needs CUDA" in flat, out
     assert "Allowed here: w4a8+sglang, w4a8+vllm" in flat
     assert "Turn the host into a GPU container host" not in out
+
+
+def test_make_plan_prints_each_role_and_the_router_of_a_1p1d_deployment():
+    """The README's `make plan GPUS=h200-x8 PD=1P1D`: each role's command and the router's, with example addresses."""
+    proc = subprocess.run(["make", "--no-print-directory", "plan", "GPUS=h200-x8", "PD=1P1D", "ENGINE=sglang",
+                           "QUANT=int4"], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 0, out
+    assert "disaggregated: kimi_pd plan, 1P1D (prefill prefill-1 at http://10.0.1.11:30000, decode decode-1 at " \
+           "http://10.0.2.11:30000); KV transfer nixl: no RDMA device on prefill-1, decode-1" in out
+    assert "command of prefill instance prefill-1: python3 -m sglang.launch_server" in out
+    assert "--disaggregation-mode prefill --disaggregation-transfer-backend nixl --disaggregation-bootstrap-port 8998" \
+           in out
+    assert "command of the router: python3 -m sglang_router.launch_router --pd-disaggregation --prefill " \
+           "http://10.0.1.11:30000 8998 --decode http://10.0.2.11:30000 --host 127.0.0.1 --port 30080" in out
+    assert "router on decode-1: sglang-router 0.3.2 (the pinned wheel in a virtualenv)" in out

@@ -48,8 +48,9 @@ def known_versions(engine, directory=None):
     """Versions that have an engine_flags_<engine>-<version>.json in the flags directory."""
     directory = directory or flags_dir()
     prefix = "engine_flags_%s-" % engine
-    return sorted(os.path.basename(p)[len(prefix):-len(".json")]
-                  for p in glob.glob(os.path.join(glob.escape(directory), prefix + "*.json")))
+    versions = (os.path.basename(p)[len(prefix):-len(".json")]
+                for p in glob.glob(os.path.join(glob.escape(directory), prefix + "*.json")))
+    return sorted(v for v in versions if v[:1].isdigit())  # not engine_flags_vllm-router-*.json, another program
 
 
 _CACHE = {}

@@ -8,7 +8,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from . import flags, hfcache, metrics, png, rendezvous, trtllm
+from . import disagg, flags, hfcache, metrics, png, rendezvous, trtllm
 
 READY_LINE = {"sglang": "The server is fired up and ready to roll!", "vllm": "Application startup complete.",
               "trtllm": "Application startup complete."}
@@ -57,6 +57,7 @@ class EngineDouble:
         # what /metrics observed of the requests served: TTFT, inter-token latency (TRT-LLM: per-request TPOT), e2e
         self.latency = {kind: metrics.Histogram(buckets) for kind, buckets in metrics.LATENCY_BUCKETS[engine].items()}
         self.rendezvous = None  # a replica over several hosts (--nnodes > 1)
+        self.disagg = None  # prefill/decode disaggregation (disagg.py)
         self.created = int(time.time())
 
     # ---- logging, in each engine's style -------------------------------------------------------------
@@ -147,6 +148,8 @@ class EngineDouble:
         try:
             return self._run(stop)
         finally:
+            if self.disagg:
+                self.disagg.close()
             if self.rendezvous:
                 self.rendezvous.close()
             if self.httpd:
@@ -174,6 +177,10 @@ class EngineDouble:
         problems = self.startup_problems()
         if problems:
             return self.fail("\n".join(problems))
+        try:
+            self.disagg = disagg.setup(self)
+        except disagg.Problem as e:
+            return self.fail(str(e))
         try:
             conf = rendezvous.settings(self.engine, self.args, self.env)
         except ValueError as e:
@@ -219,6 +226,11 @@ class EngineDouble:
         if moe == "MARLIN":  # marlin_utils_fp4.prepare_nvfp4_moe_layer_for_marlin, after the weights are loaded
             self.log(MARLIN_FP4_WARNING, "marlin_utils_fp4.py:196", level="WARNING", proc=self.worker())
         delay = float(self.env.get("KIMI_DOUBLE_START_DELAY") or 0)
+        try:
+            if self.disagg:  # the bootstrap server / side channel comes up with the engine, before the API
+                self.disagg.start()
+        except disagg.Problem as e:
+            return self.fail(str(e))
         if conf and conf["rank"] > 0:  # vLLM --headless, SGLang's other ranks: no HTTP server, only the replica's work
             return self._member_loop(stop)
         if self.engine == "sglang":  # SGLang listens early and answers /health with 503 until warmed up
@@ -433,9 +445,10 @@ class EngineDouble:
             if self.engine == "vllm":
                 message["reasoning"] = plan["reasoning"]  # vLLM >= 0.12 name; reasoning_content kept too
         message["tool_calls"] = [plan["tool_call"]] if plan["tool_call"] else []
-        return {"id": "chatcmpl-" + uuid.uuid4().hex, "object": "chat.completion", "created": int(time.time()),
-                "model": plan["model"], "choices": [{"index": 0, "message": message, "logprobs": None,
-                                                     "finish_reason": plan["finish"]}], "usage": plan["usage"]}
+        return dict({"id": "chatcmpl-" + uuid.uuid4().hex, "object": "chat.completion", "created": int(time.time()),
+                     "model": plan["model"], "choices": [{"index": 0, "message": message, "logprobs": None,
+                                                          "finish_reason": plan["finish"]}], "usage": plan["usage"]},
+                    **plan.get("extra", {}))  # e.g. vLLM's kv_transfer_params of a prefill
 
     def stream_chunks(self, plan, include_usage):
         cid, created = "chatcmpl-" + uuid.uuid4().hex, int(time.time())
@@ -564,9 +577,14 @@ class _Handler(BaseHTTPRequestHandler):
         with e.lock:
             e.counters["running"] += 1
         try:
-            code, plan = e.chat(req)
+            pd = e.disagg.begin(req, self.headers) if e.disagg else None  # a prefill/decode's part of the request
+            if pd and pd.error:
+                return self._send(*pd.error)
+            code, plan = e.chat(pd.req if pd else req)
             if code != 200:
                 return self._send(code, plan)
+            if pd:
+                e.disagg.end(pd, plan)
             if not req.get("stream"):
                 first = time.time()  # the whole answer at once: its first token is there when it is made
                 self._send(200, e.completion_body(plan))

@@ -43,3 +43,12 @@ def test_a_replica_cut_by_limit_is_refused():
 def test_a_bad_serial_names_the_variable(serial):
     with pytest.raises(AnsibleFilterError, match="kimi_fleet_serial must be a count of replicas"):
         replica_batches(HOSTS, HOSTVARS, serial)
+
+
+def test_a_disaggregated_deployment_is_one_unit_of_a_rolling_switch():
+    pd = ["p1", "d1", "d2"]
+    hostvars = dict((h, {"kimi_pd_members": pd}) for h in pd)
+    hostvars["solo"] = {}
+    assert replica_batches(["p1", "d1", "d2", "solo"], hostvars, 1) == [pd, ["solo"]]
+    with pytest.raises(AnsibleFilterError, match=r"d2 belong\(s\) to the replica of p1"):
+        replica_batches(["p1", "d1", "solo"], hostvars, 1)
