@@ -127,17 +127,17 @@ def choose_backend(key, spec, given, rdma_everywhere, rdma_hosts_missing):
                                "the KV transfer backends %s serves Kimi-K2.6 with" % spec["title"])
         needs = data["backends"][backend]
         if needs.get("rdma") and not rdma_everywhere:
+            verb = "has" if len(rdma_hosts_missing) == 1 else "have"
             fail("pd_transfer_backend", backend, [b for b in allowed if not data["backends"][b].get("rdma")],
-                 "%s moves the KV cache over RDMA, and %s ha%s no RDMA device (/sys/class/infiniband, or "
-                 "kimi_pd_rdma_devices)" % (backend, ", ".join(rdma_hosts_missing),
-                                           "s" if len(rdma_hosts_missing) == 1 else "ve"))
+                 "%s moves the KV cache over RDMA, and %s %s no RDMA device (/sys/class/infiniband, or "
+                 "kimi_pd_rdma_devices)" % (backend, ", ".join(rdma_hosts_missing), verb))
         return backend, "kimi_pd_transfer_backend=%s: set by the user. %s" % (backend, needs["why"])
     pick = data["rdma"] if rdma_everywhere else data["tcp"]
     if rdma_everywhere:
         why = "RDMA devices on every host of the deployment: %s. %s" % (pick, data["backends"][pick]["why"])
     else:
-        why = "no RDMA device on %s: %s. %s" % (", ".join(rdma_hosts_missing) or "the hosts", pick,
-                                                 data["backends"][pick]["why"])
+        why = "no RDMA device on %s: %s. %s" % (
+            ", ".join(rdma_hosts_missing) or "the hosts", pick, data["backends"][pick]["why"])
     return pick, why
 
 

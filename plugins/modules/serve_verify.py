@@ -28,6 +28,10 @@ description:
     colour. O(max_tokens) must leave room for the reasoning and the answer.
   - V(no_key) - C(GET /v1/models) without any key must be refused with 401 (a proxy that checks keys; the engine
     itself answers 200 there).
+  - V(metrics) - every path of O(metrics_paths) answers O(metrics_key) with 200 and Prometheus text (a C(# TYPE)
+    line), and O(api_key) with 401 (a proxy that serves metrics to a metrics key only). An exporter that is still
+    starting gets up to O(metrics_wait) seconds. One module run for every path, where one C(uri) task per path and
+    key would each pay a round trip to the host.
   - Fails when any check fails, with a message listing the failed checks and why. Changes nothing.
 version_added: 0.1.0
 author: kimi.deploy maintainers (@kimi-deploy)
@@ -60,8 +64,22 @@ options:
     description: The checks to run, in this order.
     type: list
     elements: str
-    choices: [health, models, text, text_no_thinking, tool, vision, no_key]
+    choices: [health, models, text, text_no_thinking, tool, vision, no_key, metrics]
     default: [health, models, text, text_no_thinking, tool, vision]
+  metrics_paths:
+    description: The paths of the V(metrics) check, e.g. C([/metrics, /metrics/node]).
+    type: list
+    elements: str
+    default: []
+  metrics_key:
+    description:
+      - "The key the V(metrics) check reads O(metrics_paths) with (C(Authorization: Bearer <metrics_key>)). Never
+        returned."
+    type: str
+  metrics_wait:
+    description: Seconds the V(metrics) check keeps asking while a path does not answer as it should yet.
+    type: int
+    default: 10
   timeout:
     description: Seconds one request may take.
     type: int
@@ -153,7 +171,7 @@ from urllib.request import HTTPSHandler, ProxyHandler, Request, build_opener
 
 from ansible.module_utils.basic import AnsibleModule
 
-CHECKS = ("health", "models", "text", "text_no_thinking", "tool", "vision", "no_key")
+CHECKS = ("health", "models", "text", "text_no_thinking", "tool", "vision", "no_key", "metrics")
 DEFAULT_CHECKS = CHECKS[:6]  # no_key only makes sense through a proxy that checks keys
 VISION_COLOUR = ("red", (220, 20, 20))
 TEXT_PROMPT = "What is the capital of France? Answer in one short sentence."
@@ -203,15 +221,16 @@ class Verifier(object):
         return build_opener(*handlers)
 
     # ---- HTTP -------------------------------------------------------------------------------------------
-    def request(self, path, body=None, key=True):
-        """(status, parsed JSON or raw text). Raises CheckFailed when there is no HTTP answer."""
+    def request(self, path, body=None, key=True, bearer=None):
+        """(status, parsed JSON or raw text). Raises CheckFailed when there is no HTTP answer. bearer: send that key
+        instead of api_key."""
         headers = {"Accept": "application/json"}
         data = None
         if body is not None:
             data = json.dumps(body).encode("utf-8")
             headers["Content-Type"] = "application/json"
-        if self.p["api_key"] and key:
-            headers["Authorization"] = "Bearer " + self.p["api_key"]
+        if bearer or (self.p["api_key"] and key):
+            headers["Authorization"] = "Bearer " + (bearer or self.p["api_key"])
         req = Request(self.base + path, data=data, headers=headers, method="POST" if data is not None else "GET")
         try:
             response = self.opener.open(req, timeout=self.p["timeout"])
@@ -265,6 +284,37 @@ class Verifier(object):
             raise CheckFailed("GET /v1/models without a key answered %s, not 401: %s" % (
                 status, excerpt(error_text(reply))))
         return "GET /v1/models without a key answered 401"
+
+    def _metrics_problems(self):
+        problems = []
+        for path in self.p["metrics_paths"]:
+            try:
+                status, text = self.request(path, bearer=self.p["metrics_key"])
+                if status != 200:
+                    problems.append("%s with the metrics key: %s, not 200" % (path, status))
+                elif "# TYPE " not in str(text):
+                    problems.append("%s with the metrics key: not Prometheus text" % path)
+                status, _text = self.request(path, key=bool(self.p["api_key"]))
+                if status != 401:
+                    problems.append("%s with %s: %s, not 401" % (path, "a client key" if self.p["api_key"] else "no key",
+                                                                 status))
+            except CheckFailed as exc:
+                problems.append("%s: %s" % (path, exc))
+        return problems
+
+    def check_metrics(self):
+        if not self.p["metrics_paths"] or not self.p["metrics_key"]:
+            raise CheckFailed("the metrics check needs metrics_paths and metrics_key")
+        deadline = time.time() + self.p["metrics_wait"]
+        problems = self._metrics_problems()
+        while problems and time.time() < deadline:
+            time.sleep(2)
+            problems = self._metrics_problems()
+        if problems:
+            raise CheckFailed("%s. The metrics key must get 200 with Prometheus text at every metrics path, and a client "
+                              "key 401 (is the exporter behind the path running on loopback?)" % "; ".join(problems))
+        return "%s: 200 with the metrics key, 401 with %s" % (", ".join(self.p["metrics_paths"]),
+                                                              "a client key" if self.p["api_key"] else "no key")
 
     def check_text(self):
         message, finish = self.chat([{"role": "user", "content": TEXT_PROMPT}])
@@ -354,6 +404,9 @@ def main():
             ca_path=dict(type="path"),
             use_proxy=dict(type="bool", default=False),
             checks=dict(type="list", elements="str", choices=list(CHECKS), default=list(DEFAULT_CHECKS)),
+            metrics_paths=dict(type="list", elements="str", default=[]),
+            metrics_key=dict(type="str", no_log=True),
+            metrics_wait=dict(type="int", default=10),
             timeout=dict(type="int", default=300),
             max_tokens=dict(type="int", default=2048, no_log=False),
         ),

@@ -243,7 +243,7 @@ def router_missing(engine):
     if not os.access(exe, os.X_OK):
         return "no %s in %s: create it with `python3.12 -m venv .venv-router && .venv-router/bin/pip install -r " \
                "requirements-router.txt`" % (os.path.basename(exe), ROUTER_VENV)
-    if engine == "sglang" and subprocess.run([exe, "-c", "import sglang_router"], capture_output=True).returncode:
+    if engine == "sglang" and subprocess.run([exe, "-c", "import sglang_router"], capture_output=True, check=False).returncode:
         return "sglang-router is not installed in %s (pip install -r requirements-router.txt)" % ROUTER_VENV
     return None
 

@@ -19,9 +19,9 @@ HOST_ROLES = ("nvidia_host", "ascend_host")  # generic accelerator hosts: no Kim
 MONITOR_ROLES = ("kimi_monitoring",)
 
 
-def test_the_eight_roles_exist():
-    assert ROLES == ["ascend_host", "caddy_proxy", "kimi_image", "kimi_metrics", "kimi_monitoring", "kimi_serve",
-                     "kimi_weights", "nvidia_host"]
+def test_the_nine_roles_exist():
+    assert ROLES == ["ascend_host", "caddy_proxy", "kimi_image", "kimi_metrics", "kimi_monitoring", "kimi_router",
+                     "kimi_serve", "kimi_weights", "nvidia_host"]
 
 
 @pytest.mark.parametrize("role", ROLES)

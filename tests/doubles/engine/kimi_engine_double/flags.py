@@ -50,7 +50,7 @@ def known_versions(engine, directory=None):
     prefix = "engine_flags_%s-" % engine
     versions = (os.path.basename(p)[len(prefix):-len(".json")]
                 for p in glob.glob(os.path.join(glob.escape(directory), prefix + "*.json")))
-    return sorted(v for v in versions if v[:1].isdigit())  # not engine_flags_vllm-router-*.json, another program
+    return sorted(v for v in versions if not v.startswith("router-"))  # engine_flags_vllm-router-*: another program
 
 
 _CACHE = {}

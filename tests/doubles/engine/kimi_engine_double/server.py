@@ -316,6 +316,22 @@ class EngineDouble:
             {"id": n, "object": "model", "created": self.created, "owned_by": owner,
              "root": self.model, "parent": None, "max_model_len": self.max_model_len()} for n in self.names]}
 
+    def sglang_info(self, model_only):
+        """SGLang's /model_info (model and tokenizer path, is_generation) and /server_info (its server arguments and
+        version; a router reads served_model_name and the parallel sizes there), with the values this double was given
+        (http_server.py, 0.5.x)."""
+        model = {"model_path": self.model, "tokenizer_path": self.args.get("tokenizer_path") or self.model,
+                 "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+                 "has_image_understanding": True, "has_audio_understanding": False}
+        if model_only:
+            return model
+        info = dict(self.args.defaults or {}, **self.args.values)
+        info.update(model, served_model_name=self.names[0], host=self.host, port=self.port,
+                    tp_size=int(self.args.get("tp_size") or 1), dp_size=int(self.args.get("dp_size") or 1),
+                    disaggregation_mode=self.args.get("disaggregation_mode") or "null",
+                    version=flags.version(self.engine))
+        return info
+
     def metrics(self):
         """The engine's own Prometheus text (0.0.4), names, HELP, labels and buckets as the pinned versions print
         them (see README "Metrics"). Gauges: running requests, waiting requests (KIMI_DOUBLE_QUEUE), KV-cache use
@@ -550,6 +566,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(503 if starting else 200)
         if path == "/v1/models":
             return self._send(200, e.models())
+        if e.engine == "sglang" and path in ("/model_info", "/get_model_info", "/server_info", "/get_server_info"):
+            return self._send(200, e.sglang_info(path.endswith("model_info")))
         if path == "/metrics" and e.engine == "trtllm":  # TRT-LLM: JSON iteration stats
             return self._send(200, e.iteration_stats())
         if path == "/prometheus/metrics" and e.engine == "trtllm" and (e.args.llm_args or {}).get(

@@ -221,7 +221,7 @@ def test_the_plan_prints_each_roles_command_and_the_routers():
     lines = plan_lines(dep)
     assert any(line.startswith("disaggregated: kimi_pd plan, 1P1D") for line in lines)
     commands = [line for line in lines if line.startswith("command of ")]
-    assert [c.split(":")[0] for c in commands] == ["command of prefill instance prefill-1",
-                                                    "command of decode instance decode-1", "command of the router"]
+    assert [c.split(":")[0] for c in commands] == [
+        "command of prefill instance prefill-1", "command of decode instance decode-1", "command of the router"]
     assert "--disaggregation-mode prefill" in commands[0] and "--disaggregation-mode decode" in commands[1]
     assert "--prefill http://10.0.1.11:30000 8998 --decode http://10.0.2.11:30000" in commands[2]

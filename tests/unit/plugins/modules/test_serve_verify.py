@@ -298,3 +298,41 @@ def test_https_options_build_a_tls_context(tmp_path):
     verifier = serve_verify.Verifier(params(url="https://kimi.example", validate_certs=False))
     handlers = [h for h in verifier.opener.handlers if h.__class__.__name__ == "HTTPSHandler"]
     assert handlers and handlers[0]._context.verify_mode == 0 and handlers[0]._context.check_hostname is False
+
+
+def test_metrics_reads_every_path_with_the_metrics_key_and_is_refused_with_the_client_key():
+    def opener_for(leaky):
+        def answer(req):
+            auth = dict(req.header_items()).get("Authorization")
+            path = "/" + req.full_url.split("/", 3)[3]
+            if auth == "Bearer mk-metrics" or path == leaky:
+                return 200, "# TYPE up gauge\nup 1\n"
+            return 401, {"error": "no"}
+        opener = CannedOpener(None)
+        opener.open = lambda req, timeout=None, _o=opener: _canned(_o, req, answer(req))
+        return opener
+
+    p = params(checks=["metrics"], api_key="ck-client", metrics_key="mk-metrics",
+               metrics_paths=["/metrics", "/metrics/node"], metrics_wait=0)
+    [ok] = serve_verify.Verifier(p, opener_for("")).run()
+    assert ok["ok"] and ok["detail"] == "/metrics, /metrics/node: 200 with the metrics key, 401 with a client key"
+    [bad] = serve_verify.Verifier(p, opener_for("/metrics/node")).run()
+    assert not bad["ok"] and bad["detail"].startswith("/metrics/node with a client key: 200, not 401.")
+    [missing] = serve_verify.Verifier(dict(p, metrics_key=None), opener_for("")).run()
+    assert "needs metrics_paths and metrics_key" in missing["detail"]
+
+
+def _canned(opener, req, answer):
+    status, doc = answer
+    data = json.dumps(doc).encode()
+    opener.requests.append((req.get_method(), req.full_url, None, dict(req.header_items())))
+    if status >= 400:
+        raise urllib.error.HTTPError(req.full_url, status, "error", {}, io.BytesIO(data))
+
+    class Response:
+        def getcode(self):
+            return status
+
+        def read(self):
+            return data
+    return Response()
