@@ -555,7 +555,7 @@ def resolve(inputs, gpus=None, require_revision=True):
         }
     # A disaggregated deployment (kimi_pd): this host's role, the transfer backend, the router; the engine binds the
     # host's address on the deployment's network (the router and the other role reach it there).
-    pd = resolve_pd(inputs.get("pd"), key, spec, version, deployment, warnings)
+    pd = resolve_pd(inputs.get("pd"), spec, version, deployment, warnings)
     deployment["pd"] = pd
     if pd:
         if is_unset(inputs.get("host")):
@@ -578,7 +578,7 @@ def resolve(inputs, gpus=None, require_revision=True):
     deployment["member_commands"] = [command_for(dict(deployment, node_rank=rank)) for rank in range(nodes)]
     if pd:  # every instance's command (its role, address and KV settings), for the plan
         for index, instance in enumerate(pd["instances"]):
-            view = dict(deployment, pd=dict(pd, **for_instance(pd, index, key, spec["disaggregation"], deployment)))
+            view = dict(deployment, pd=dict(pd, **for_instance(pd, index, spec["disaggregation"], deployment)))
             if is_unset(inputs.get("host")):
                 view["host"] = instance["address"]
             view["engine_config"] = engine_config(key, version, view, user_options)

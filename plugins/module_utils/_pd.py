@@ -69,8 +69,7 @@ def _instances(members, name):
             instance["hosts"].append(member["host"])
             continue
         instance = {"role": member["role"], "head": member["host"], "hosts": [member["host"]],
-                    "address": member["address"], "port": member.get("port"),
-                    "rdma_devices": _rdma(member.get("rdma_devices"))}
+                    "address": member["address"], "port": member.get("port"), "rdma_devices": member["rdma_devices"]}
         if replica is not None:
             by_replica[replica] = instance
         instances.append(instance)
@@ -97,7 +96,7 @@ def _members(pd):
         port = member.get("port")
         out.append({"host": str(member["host"]), "role": role, "address": address, "replica": member.get("replica"),
                     "port": None if is_unset(port) else check_int("port", port, 1, 65535),
-                    "rdma_devices": member.get("rdma_devices")})
+                    "rdma_devices": _rdma(member.get("rdma_devices"))})
     return out
 
 
@@ -117,8 +116,8 @@ def _rdma(devices):
     return devices
 
 
-def choose_backend(key, spec, given, rdma_everywhere, rdma_hosts_missing):
-    """(backend, why) for the engine build `key`: kimi_pd_transfer_backend when set (one the engine data lists), else
+def choose_backend(spec, given, rdma_everywhere, rdma_hosts_missing):
+    """(backend, why) for the engine build `spec`: kimi_pd_transfer_backend when set (one the engine data lists), else
     the engine's choice for RDMA on every host or for TCP."""
     data = spec["disaggregation"]
     allowed = sorted(data["backends"])
@@ -141,7 +140,7 @@ def choose_backend(key, spec, given, rdma_everywhere, rdma_hosts_missing):
     return pick, why
 
 
-def _kv_transfer_config(key, data, role, index, instances, deployment):
+def _kv_transfer_config(data, role, index, deployment):
     """vLLM's --kv-transfer-config for this instance (None for engines without one)."""
     kind = data.get("kv_transfer_config")
     if kind == "nixl":
@@ -154,19 +153,18 @@ def _kv_transfer_config(key, data, role, index, instances, deployment):
     return None
 
 
-def for_instance(pd, index, key, data, deployment, me=None):
+def for_instance(pd, index, data, deployment, me=None):
     """The fields of `pd` that are the instance's own (role, address, RDMA devices, KV connector settings, container
     environment): for this host (me: its member entry), or for the plan's view of another instance (its head)."""
     instance = pd["instances"][index]
-    address = me["address"] if me else instance["address"]
-    devices = _rdma(me["rdma_devices"]) if me else instance["rdma_devices"]
+    address, devices = (me or instance)["address"], (me or instance)["rdma_devices"]
     own = {
         "role": instance["role"],
         "instance": index,
         "head": instance["head"],
         "address": address,
         "rdma_devices": devices if data["backends"][pd["transfer_backend"]].get("rdma") else [],
-        "kv_transfer_config": _kv_transfer_config(key, data, instance["role"], index, pd["instances"], deployment),
+        "kv_transfer_config": _kv_transfer_config(data, instance["role"], index, deployment),
         "container_env": dict(data.get("container_env", {})),
     }
     if data.get("kv_transfer_config") == "nixl":
@@ -175,7 +173,7 @@ def for_instance(pd, index, key, data, deployment, me=None):
     return own
 
 
-def resolve_pd(pd, key, spec, version, deployment, warnings):
+def resolve_pd(pd, spec, version, deployment, warnings):
     """The `pd` field of this host's deployment, or None when it is not disaggregated.
 
     pd: {name, me (this host), members: [{host, role, address, replica, port, rdma_devices}], router (a host, default
@@ -213,8 +211,8 @@ def resolve_pd(pd, key, spec, version, deployment, warnings):
     instance = next(i for i in instances if me in i["hosts"])
     index = instances.index(instance)
 
-    missing = [m["host"] for m in members if not _rdma(m["rdma_devices"])]
-    backend, backend_why = choose_backend(key, spec, pd.get("transfer_backend"), not missing, missing)
+    missing = [m["host"] for m in members if not m["rdma_devices"]]
+    backend, backend_why = choose_backend(spec, pd.get("transfer_backend"), not missing, missing)
     bootstrap = pd.get("bootstrap_port")
     bootstrap = DEFAULT_BOOTSTRAP_PORT if is_unset(bootstrap) else check_int("pd_bootstrap_port", bootstrap, 1, 65535)
     router_port = pd.get("router_port")
@@ -243,7 +241,7 @@ def resolve_pd(pd, key, spec, version, deployment, warnings):
         "members": [m["host"] for m in members],
         "heads": heads,
     }
-    result.update(for_instance(result, index, key, data, deployment, me=mine))
+    result.update(for_instance(result, index, data, deployment, me=mine))
     # What must be the same on both sides: the decode reads the prefill's KV cache as it is sent.
     result["layout"] = {
         "identity": deployment["identity"],

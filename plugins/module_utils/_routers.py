@@ -16,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kimi.deploy.plugins.module_utils._engine_cli import check_extra, option_index
+from ansible_collections.kimi.deploy.plugins.module_utils._engine_spec import Arg
 from ansible_collections.kimi.deploy.plugins.module_utils._flags_sglang_router_0_3_2 import OPTIONS as SGLANG_ROUTER
 from ansible_collections.kimi.deploy.plugins.module_utils._flags_vllm_router_0_1_17 import OPTIONS as VLLM_ROUTER
 from ansible_collections.kimi.deploy.plugins.module_utils._inputs import DeploymentError
@@ -80,13 +81,6 @@ ROUTERS = {
 }
 
 
-class _Managed:
-    """The managed-option record check_extra reads (the variable a user sets instead)."""
-
-    def __init__(self, option, field=None):
-        self.option, self.field, self.positional = option, field, False
-
-
 def _instances(pd, role):
     return [i for i in pd["instances"] if i["role"] == role]
 
@@ -143,5 +137,5 @@ def router_argv(name, pd, deployment, extra):
                 raise DeploymentError("kimi_pd: %s, which the collection passes to the router, is not an option of %s "
                                       "(its flag list: plugins/module_utils/_flags_*); that version needs its own "
                                       "router data (plugins/module_utils/_routers.py)" % (element, label))
-            managed[index[element][0]] = _Managed(element, "pd_router")
+            managed[index[element][0]] = Arg(element, "pd_router")  # check_extra names kimi_pd instead
     return argv + check_extra(table, label, managed, extra, field="pd_router_extra_args"), config

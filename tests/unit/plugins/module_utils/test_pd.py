@@ -21,7 +21,7 @@ from kimi_engine_double import flags as double_flags  # noqa: E402
 
 
 def members(*roles, rdma=None):
-    """kimi-p1, kimi-d1, ... in the order given, at 10.0.0.x."""
+    """p1, d1, p2, ... (role initial and count) in the order given, at 10.0.0.11 and up."""
     out, count = [], {}
     for i, role in enumerate(roles):
         count[role] = count.get(role, 0) + 1

@@ -201,10 +201,14 @@ class CannedOpener:
         self.reply = reply
         self.requests = []
 
+    def answer(self, req, body):
+        """(status, doc) for a request; a subclass may read its headers too."""
+        return self.reply(req.full_url.split("/", 3)[3], body)
+
     def open(self, req, timeout=None):
         body = json.loads(req.data.decode()) if req.data else None
         self.requests.append((req.get_method(), req.full_url, body, dict(req.header_items())))
-        status, doc = self.reply(req.full_url.split("/", 3)[3], body)
+        status, doc = self.answer(req, body)
         data = json.dumps(doc).encode()
         if status >= 400:
             raise urllib.error.HTTPError(req.full_url, status, "error", {}, io.BytesIO(data))
@@ -301,38 +305,24 @@ def test_https_options_build_a_tls_context(tmp_path):
 
 
 def test_metrics_reads_every_path_with_the_metrics_key_and_is_refused_with_the_client_key():
-    def opener_for(leaky):
-        def answer(req):
-            auth = dict(req.header_items()).get("Authorization")
+    class MetricsProxy(CannedOpener):
+        """Prometheus text to the metrics key only, except at `leaky`, which answers anyone."""
+
+        def __init__(self, leaky=""):
+            CannedOpener.__init__(self, None)
+            self.leaky = leaky
+
+        def answer(self, req, body):
             path = "/" + req.full_url.split("/", 3)[3]
-            if auth == "Bearer mk-metrics" or path == leaky:
+            if dict(req.header_items()).get("Authorization") == "Bearer mk-metrics" or path == self.leaky:
                 return 200, "# TYPE up gauge\nup 1\n"
             return 401, {"error": "no"}
-        opener = CannedOpener(None)
-        opener.open = lambda req, timeout=None, _o=opener: _canned(_o, req, answer(req))
-        return opener
 
     p = params(checks=["metrics"], api_key="ck-client", metrics_key="mk-metrics",
                metrics_paths=["/metrics", "/metrics/node"], metrics_wait=0)
-    [ok] = serve_verify.Verifier(p, opener_for("")).run()
+    [ok] = serve_verify.Verifier(p, MetricsProxy()).run()
     assert ok["ok"] and ok["detail"] == "/metrics, /metrics/node: 200 with the metrics key, 401 with a client key"
-    [bad] = serve_verify.Verifier(p, opener_for("/metrics/node")).run()
+    [bad] = serve_verify.Verifier(p, MetricsProxy("/metrics/node")).run()
     assert not bad["ok"] and bad["detail"].startswith("/metrics/node with a client key: 200, not 401.")
-    [missing] = serve_verify.Verifier(dict(p, metrics_key=None), opener_for("")).run()
+    [missing] = serve_verify.Verifier(dict(p, metrics_key=None), MetricsProxy()).run()
     assert "needs metrics_paths and metrics_key" in missing["detail"]
-
-
-def _canned(opener, req, answer):
-    status, doc = answer
-    data = json.dumps(doc).encode()
-    opener.requests.append((req.get_method(), req.full_url, None, dict(req.header_items())))
-    if status >= 400:
-        raise urllib.error.HTTPError(req.full_url, status, "error", {}, io.BytesIO(data))
-
-    class Response:
-        def getcode(self):
-            return status
-
-        def read(self):
-            return data
-    return Response()
