@@ -40,6 +40,9 @@ options:
   weights:
     description: C(kimi_weights_report), when the weights stage ran.
     type: dict
+  draft_weights:
+    description: C(kimi_weights_draft_report), when the weights stage fetched a speculative draft.
+    type: dict
   image:
     description: C(kimi_image_report), when the image stage ran (NVFP4) - built, loaded or current, and the proof.
     type: dict
@@ -81,11 +84,11 @@ from ansible_collections.kimi.deploy.plugins.module_utils._report import site_su
 
 
 def site_summary_filter(deployment, host, gpus=None, serve=None, proxy=None, weights=None, marks=None,
-                        run_tags=None, skip_tags=None, check_mode=False, image=None):
+                        run_tags=None, skip_tags=None, check_mode=False, image=None, draft_weights=None):
     try:
         return site_summary(deployment, host, gpus=gpus, serve=serve, proxy=proxy, weights=weights, marks=marks,
                             run_tags=run_tags or ["all"], skip_tags=skip_tags or [], check_mode=bool(check_mode),
-                            image=image)
+                            image=image, draft_weights=draft_weights)
     except (KeyError, TypeError, ValueError) as e:
         raise AnsibleFilterError("kimi.deploy.site_summary: %s" % e)
 

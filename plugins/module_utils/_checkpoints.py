@@ -70,3 +70,53 @@ NON_EXPERT_WEIGHT_BYTES = 24 * GB
 def non_expert_bytes(quant):
     """The bytes of `quant`'s checkpoint outside the routed experts."""
     return CHECKPOINTS[quant].get("non_expert_bytes", NON_EXPERT_WEIGHT_BYTES)
+
+# --- Speculative decoding: the known drafts for Kimi-K2.6 (_speculative) ------------------------------------------
+# A draft is a small model that proposes tokens the target checks in one forward pass. Each entry: the method it is
+# trained for, its architecture and the geometry the fit and the compatibility check read (hidden size and vocabulary
+# must be the target's; its own KV cache: layers x KV heads x head dim, or an MLA latent), its size (exact where the
+# hub page gives it, else an estimate from the architecture: hf_snapshot's plan reports the exact bytes before
+# download), the knobs its authors publish, and where it is named. The revision is always the user's pin
+# (kimi_speculative_draft_revision): the hub cannot be reached from here to pin one for them.
+TARGET_HIDDEN_SIZE = 7168
+TARGET_VOCAB_SIZE = 163840
+TARGET_LAYERS = 61
+DRAFTS = {
+    "lightseekorg/kimi-k2.6-eagle3": {
+        "method": "eagle3",
+        "architecture": "LlamaForCausalLMEagle3",
+        # One Llama decoder layer over the target's aux hidden states: embeddings 163840 x 7168, fc 3 x 7168 -> 7168,
+        # attention (64 heads, 8 KV heads of 128) over 2 x 7168 inputs, MLP 18432, LM head over a 32000-token draft
+        # vocabulary: ~2.16B parameters in BF16 (an estimate).
+        "weights_bytes": 4.3 * GB,
+        "kv": {"layers": 1, "kv_heads": 8, "head_dim": 128},
+        "tokens": 3,
+        "source": "seed 004 (vLLM-Ascend's Kimi-K2.6 guide: --speculative-config method eagle3, "
+                  "num_speculative_tokens 3, on prefill and decode)",
+    },
+    "AQ-MedAI/Kimi-K26-eagle3": {
+        "method": "eagle3",
+        "architecture": "LlamaForCausalLMEagle3",
+        "weights_bytes": 4.3 * GB,  # the same Llama EAGLE-3 layout (an estimate)
+        "kv": {"layers": 1, "kv_heads": 8, "head_dim": 128},
+        "tokens": 3,
+        "topk": 1,
+        "draft_tokens": 4,
+        "source": "its model card (huggingface.co/AQ-MedAI/Kimi-K26-eagle3: SGLang --speculative-num-steps 3 "
+                  "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4; mean accepted length 2.6-3.2)",
+    },
+    "z-lab/Kimi-K2.6-DFlash": {
+        "method": "dflash",
+        "architecture": "DFlashDraftModel",
+        # Six decoder layers (64 heads, 8 KV heads of 128, MLP 18432) conditioned on target layers: ~6.96 GB in BF16,
+        # as z-lab's Kimi-K2.5 DFlash (13.9 GB as float32 GGUF) and NVIDIA's Kimi-K2.7-Code-DFlash (6.96 GB).
+        "weights_bytes": 6.96 * GB,
+        "kv": {"layers": 6, "kv_heads": 8, "head_dim": 128},
+        "tokens": 15,
+        "gated": True,
+        "source": "seed 004 (vLLM-Ascend's Kimi-K2.6 guide: --speculative-config method dflash, "
+                  "num_speculative_tokens 15); gated on the hub: kimi_weights_hf_token must have access",
+    },
+}
+# A draft not listed above: its size is estimated as the largest known one's until hf_snapshot reads the real one.
+UNKNOWN_DRAFT_BYTES = 7 * GB

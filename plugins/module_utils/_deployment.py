@@ -32,6 +32,7 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engines import option
 from ansible_collections.kimi.deploy.plugins.module_utils._fit import (
     MAX_NODES, MIN_KV_TOKENS, fit, replica_advice, replica_layout)
 from ansible_collections.kimi.deploy.plugins.module_utils._pd import for_instance, resolve_pd
+from ansible_collections.kimi.deploy.plugins.module_utils._speculative import resolve_speculative
 from ansible_collections.kimi.deploy.plugins.module_utils._inputs import (
     DeploymentError, check_choice, check_int, check_text, fail, is_unset, var)
 from ansible_collections.kimi.deploy.plugins.module_utils._validate import ValueRuleError, check_revision
@@ -46,7 +47,7 @@ DEFAULT_HOST = "127.0.0.1"
 WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]")
 DEFAULT_SERVED_MODEL_NAME = "kimi-k2.6"
 # The checks of kimi.deploy.serve_verify an engine can pass, and what a missing capability removes.
-VERIFY_CHECKS = ("health", "models", "text", "text_no_thinking", "tool", "vision")
+VERIFY_CHECKS = ("health", "models", "text", "text_no_thinking", "tool", "vision", "speculative")
 
 KV_NOTES = {
     "fp8_e4m3": "doubles the KV pool (116K -> 232K tokens on 8x96 GB), verified 5/5 incl. vision",
@@ -387,7 +388,8 @@ def resolve(inputs, gpus=None, require_revision=True):
 
     inputs: quant, engine, engine_version, kv_cache_dtype, moe_backend, context_length, mem_fraction, tp, pp, host,
     port, served_model_name, extra_args, engine_options, revisions ({quant: sha}), image, min_kv_tokens, nodes,
-    node_rank, head_address, dist_port. Missing -> derived.
+    node_rank, head_address, dist_port, pd, speculative, speculative_draft, speculative_draft_revision,
+    speculative_tokens, speculative_topk, speculative_draft_tokens. Missing -> derived.
     The one validator of these inputs: a bad one raises DeploymentError naming its variable. A GPU pool that
     cannot hold the deployment does not raise: hardware.fits is false and hardware.fit_reason says why.
     """
@@ -438,9 +440,19 @@ def resolve(inputs, gpus=None, require_revision=True):
                                          "mem_fraction": mem}, user_options)
     attention_dp = bool(probe and probe.get("enable_attention_dp")) or bool(spec.get("attention_dp"))
 
+    # Speculative decoding (kimi_speculative): the method this version accepts, the draft and its knobs; the draft's
+    # weights and KV count in the fit.
+    speculative = resolve_speculative(
+        inputs, spec, version, eng_options(key, version), quant,
+        {"tp": tp, "pp": pp, "dp": dp, "nodes": nodes, "pd": not is_unset(inputs.get("pd")),
+         "platform": platform, "family": family}, require_revision, warnings)
+    draft = speculative["draft"] if speculative else None
+    if speculative:
+        reasons.append("Speculative decoding: %s; %s." % (speculative["summary"], speculative["why"]))
+
     # The fit of the settings chosen (not the recommended ones); more hosts only when no setting of the user's fits.
     verdict = fit(quant, key, kv, mem, tp, summary, min_kv, pp=pp, nodes=nodes,
-                  attention_dp=attention_dp, dp=dp) if summary else None
+                  attention_dp=attention_dp, dp=dp, draft=draft) if summary else None
     kv_tokens = verdict["kv_tokens"] if verdict else None
     if verdict:
         reasons.append(verdict["reason"])
@@ -532,6 +544,9 @@ def resolve(inputs, gpus=None, require_revision=True):
         "shm_bytes_required": spec["shm_bytes"],
         "shm_why": spec.get("shm_why"),
         "extra_args": extra,
+        # Speculative decoding: method, draft (repo_id, revision, revision_variable, weights_bytes, ...) and knobs, or
+        # None; the engine data files emit its flags.
+        "speculative": speculative,
         # The engine's environment in the container (Ascend: HCCL, allocator and feature switches, seeds 001/004) and
         # its own /dev/shm size where the container does not share the host's.
         "container_env": dict(spec["container_env"], **(spec["container_env_multi_node"] if nodes > 1 else {})),
@@ -557,6 +572,8 @@ def resolve(inputs, gpus=None, require_revision=True):
     # host's address on the deployment's network (the router and the other role reach it there).
     pd = resolve_pd(inputs.get("pd"), spec, version, deployment, warnings)
     deployment["pd"] = pd
+    if not speculative or pd:  # the speculative check reads the engine's own metrics, which a router does not serve
+        deployment["verify_checks"].remove("speculative")
     if pd:
         if is_unset(inputs.get("host")):
             deployment["host"] = pd["address"]
@@ -572,6 +589,9 @@ def resolve(inputs, gpus=None, require_revision=True):
     deployment["api_url"] = pd["router"]["url"] if pd and pd["router"]["is_here"] else deployment["local_url"]
     deployment["engine_config"] = engine_config(key, version, deployment, user_options)
     deployment["engine_config_path"] = spec["config_path"] if deployment["engine_config"] is not None else None
+    if speculative:  # the speculative flags alone, in this engine's form, for the plan
+        speculative["flags"] = [token for arg in spec["args"] if (arg.field or "").startswith("speculative")
+                                for token in arg.render(deployment)]
     deployment["argv"] = engine_argv(deployment)
     deployment["command"] = command_for(deployment)
     # Every member's command (the same but for its rank), for the plan and for checking a replica agrees.

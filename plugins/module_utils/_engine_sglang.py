@@ -16,6 +16,35 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engine_spec import (
     pd_transfer_backend, pipelined, quantization, reasoning_parser, tool_parser)
 from ansible_collections.kimi.deploy.plugins.module_utils._flags_sglang_0_5_12_post1 import OPTIONS as V0_5_12_POST1
 from ansible_collections.kimi.deploy.plugins.module_utils._flags_sglang_0_5_23 import OPTIONS as V0_5_23
+from ansible_collections.kimi.deploy.plugins.module_utils._speculative import (
+    spec_algorithm, spec_draft, spec_draft_revision, spec_draft_tokens, spec_pipelined, spec_steps, spec_topk,
+    speculative)
+
+# Speculative decoding, SGLang's form (its docs; seed 001's flags): --speculative-algorithm, the draft's path (a repo id
+# resolves in the offline cache as the target's does), and the EAGLE tree's steps, topk and verified draft tokens.
+SPECULATIVE = {
+    "form": "sglang",
+    "option": "--speculative-algorithm",
+    "methods_from": ("speculative_algorithm",),
+    "names": {"eagle3": "EAGLE3", "dflash": "DFLASH", "ngram": "NGRAM"},
+    "drafts": {"eagle3": "AQ-MedAI/Kimi-K26-eagle3", "dflash": "z-lab/Kimi-K2.6-DFlash"},
+    "refused": (
+        (spec_pipelined, "pipeline parallelism is not compatible with speculative decoding (server_args.py of 0.5.12.post1 "
+                    "asserts it; 0.5.23 allows EAGLE on prefill nodes only): serve the replica with kimi_pipeline_parallel "
+                    "unset, or kimi_speculative none"),
+    ),
+    # Gauges of the scheduler (with --enable-metrics), averaged over each decode log interval (metrics_collector.py).
+    "metrics": {"kind": "gauges", "accept_length": "sglang:spec_accept_length", "accept_rate": "sglang:spec_accept_rate"},
+}
+SPECULATIVE_ARGS = (
+    Arg("--speculative-algorithm", "speculative", spec_algorithm, when=speculative),
+    Arg("--speculative-draft-model-path", "speculative_draft", spec_draft, when=spec_draft),
+    Arg("--speculative-draft-model-revision", "speculative_draft_revision", spec_draft_revision,
+        when=spec_draft_revision),
+    Arg("--speculative-num-steps", "speculative_tokens", spec_steps, when=spec_steps),
+    Arg("--speculative-eagle-topk", "speculative_topk", spec_topk, when=spec_topk),
+    Arg("--speculative-num-draft-tokens", "speculative_draft_tokens", spec_draft_tokens, when=speculative),
+)
 
 ENGINE = {
     "name": "sglang",
@@ -78,6 +107,7 @@ ENGINE = {
                                            "speed: fine for a test or a small deployment, slow for long prompts)."},
         },
     },
+    "speculative": SPECULATIVE,
     "args": (
         Arg("--model-path", "quant", model),
         Arg("--tp-size", "tp"),
@@ -103,7 +133,7 @@ ENGINE = {
         Arg("--disaggregation-transfer-backend", "pd_transfer_backend", pd_transfer_backend, when=pd_role),
         Arg("--disaggregation-bootstrap-port", "pd_bootstrap_port", pd_bootstrap_port, when=pd_prefill),
         Arg("--disaggregation-ib-device", "pd_rdma_devices", pd_rdma_devices, when=pd_rdma_devices),
-    ),
+    ) + SPECULATIVE_ARGS,
     "config": None,
     "config_path": None,
 }

@@ -18,7 +18,10 @@ from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import GI
 from ansible_collections.kimi.deploy.plugins.module_utils._engine_spec import (
     Arg, model, pd_bootstrap_port, pd_prefill, pd_rdma_devices, pd_role, pd_transfer_backend, reasoning_parser,
     tool_parser)
+from ansible_collections.kimi.deploy.plugins.module_utils._engine_sglang import SPECULATIVE as SGLANG_SPECULATIVE
+from ansible_collections.kimi.deploy.plugins.module_utils._engine_sglang import SPECULATIVE_ARGS
 from ansible_collections.kimi.deploy.plugins.module_utils._flags_sglang_0_5_13_post1 import OPTIONS as V0_5_13_POST1
+from ansible_collections.kimi.deploy.plugins.module_utils._speculative import spec_draft_quantization
 
 ENGINE = {
     "name": "sglang",
@@ -88,6 +91,17 @@ ENGINE = {
                                                "network."},
         },
     },
+    # Speculative decoding as SGLang's, and the draft loaded unquantized: otherwise SGLang applies the target's
+    # --quantization modelslim to the BF16 draft too (seed 001: --speculative-draft-model-quantization unquant).
+    # DFlash and n-gram are refused: with DP attention SGLang rejects both (server_args.py of 0.5.12.post1; only 0.5.23
+    # admits DFlash with --enable-dp-lm-head), and its n-gram drafter is CUDA-only. Seed 001 names EAGLE3 only.
+    "speculative": dict(SGLANG_SPECULATIVE, draft_quantization="unquant", refused=SGLANG_SPECULATIVE["refused"] + (
+        (lambda method, _quant, _deployment: method == "dflash",
+         "DFlash is refused with DP attention, which this layout runs (--enable-dp-attention, seed 001); SGLang admits "
+         "it only from 0.5.23 with --enable-dp-lm-head. Use kimi_speculative eagle3 (seed 001's method)"),
+        (lambda method, _quant, _deployment: method == "ngram",
+         "SGLang's n-gram drafter runs on CUDA only, and not with DP attention. Use kimi_speculative eagle3"),
+    )),
     "args": (
         Arg("--model-path", "quant", model),
         Arg("--quantization", "quant", value="modelslim"),
@@ -113,6 +127,9 @@ ENGINE = {
         Arg("--disaggregation-transfer-backend", "pd_transfer_backend", pd_transfer_backend, when=pd_role),
         Arg("--disaggregation-bootstrap-port", "pd_bootstrap_port", pd_bootstrap_port, when=pd_prefill),
         Arg("--disaggregation-ib-device", "pd_rdma_devices", pd_rdma_devices, when=pd_rdma_devices),
+    ) + SPECULATIVE_ARGS + (
+        Arg("--speculative-draft-model-quantization", "speculative_draft", spec_draft_quantization,
+            when=spec_draft_quantization),
     ),
     "config": None,
     "config_path": None,

@@ -17,6 +17,29 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engine_spec import (
     worker)
 from ansible_collections.kimi.deploy.plugins.module_utils._flags_vllm_0_22_1 import OPTIONS as V0_22_1
 from ansible_collections.kimi.deploy.plugins.module_utils._flags_vllm_0_33_0 import OPTIONS as V0_33_0
+from ansible_collections.kimi.deploy.plugins.module_utils._speculative import (
+    never, spec_config, spec_pipelined, speculative, with_draft)
+
+# Speculative decoding, vLLM's form (its docs; seed 004's flags): one --speculative-config JSON with the method, the
+# draft (a repo id, resolved in the offline cache as the target's is) and num_speculative_tokens.
+SPECULATIVE = {
+    "form": "vllm",
+    "option": "--speculative-config method",
+    "methods_from": ("spec_method", "speculative_config"),
+    "names": {"eagle3": "eagle3", "dflash": "dflash", "ngram": "ngram"},
+    "drafts": {"eagle3": "lightseekorg/kimi-k2.6-eagle3", "dflash": "z-lab/Kimi-K2.6-DFlash"},
+    "refused": (
+        (lambda method, quant, deployment: with_draft(method, quant, deployment) and spec_pipelined(method, quant, deployment),
+         "EAGLE-3 and DFlash drafts need the target's aux hidden states on one stage, and vLLM refuses them with "
+         "pipeline parallel (0.22.1 gpu/model_runner.py: 'EAGLE3 with pipeline parallel is not supported'; 0.33.0: "
+         "DeepseekV2 has no aux hidden states over pipeline stages): use kimi_speculative ngram on a pipelined "
+         "replica, or one host"),
+    ),
+    # Counters (with a _total suffix) that exist only with a speculative config (v1/spec_decode/metrics.py).
+    "metrics": {"kind": "counters", "drafts": "vllm:spec_decode_num_drafts_total",
+                "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+                "accepted": "vllm:spec_decode_num_accepted_tokens_total"},
+}
 
 ENGINE = {
     "name": "vllm",
@@ -82,6 +105,7 @@ ENGINE = {
                                            "otherwise; the decode pulls each request's KV blocks from the prefill."},
         },
     },
+    "speculative": SPECULATIVE,
     "args": (
         Arg("--model", "quant", model, positional=True),  # `vllm serve <model>`
         Arg("--tensor-parallel-size", "tp"),
@@ -108,6 +132,11 @@ ENGINE = {
         Arg("--headless", when=worker),
         # A disaggregated deployment (kimi_pd): the KV connector and this instance's role in it.
         Arg("--kv-transfer-config", "pd_role", pd_kv_transfer_config, when=pd_kv_transfer_config),
+        # Speculative decoding (kimi_speculative); the --spec-* shorthands of the same config are the collection's too.
+        Arg("--speculative-config", "speculative", spec_config, when=speculative),
+        Arg("--spec-method", "speculative", when=never),
+        Arg("--spec-model", "speculative_draft", when=never),
+        Arg("--spec-tokens", "speculative_tokens", when=never),
     ),
     "config": None,
     "config_path": None,

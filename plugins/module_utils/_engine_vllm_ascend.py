@@ -20,7 +20,9 @@ from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import GB
 from ansible_collections.kimi.deploy.plugins.module_utils._engine_spec import (
     Arg, data_parallel, data_parallel_local, data_parallel_start_rank, model, multi_node, pd_kv_transfer_config,
     reasoning_parser, tool_parser, worker)
+from ansible_collections.kimi.deploy.plugins.module_utils._engine_vllm import SPECULATIVE as VLLM_SPECULATIVE
 from ansible_collections.kimi.deploy.plugins.module_utils._flags_vllm_0_20_2 import OPTIONS as VLLM_0_20_2
+from ansible_collections.kimi.deploy.plugins.module_utils._speculative import spec_config, speculative
 
 ENGINE = {
     "name": "vllm",
@@ -101,6 +103,9 @@ ENGINE = {
         },
         "container_env": {"ASCEND_BUFFER_POOL": "4:8"},
     },
+    # Speculative decoding as vLLM's (seed 004 serves the EAGLE-3 draft on prefill and decode, and the DFlash draft on
+    # one node); vLLM 0.20.2 has no --spec-method shorthand, its methods are --speculative-config's.
+    "speculative": VLLM_SPECULATIVE,
     "args": (
         Arg("--model", "quant", model, positional=True),
         Arg("--quantization", "quant", value="ascend"),
@@ -127,6 +132,7 @@ ENGINE = {
         Arg("--headless", when=worker),
         # A disaggregated deployment (kimi_pd): the KV connector and this instance's role in it.
         Arg("--kv-transfer-config", "pd_role", pd_kv_transfer_config, when=pd_kv_transfer_config),
+        Arg("--speculative-config", "speculative", spec_config, when=speculative),
     ),
     "config": None,
     "config_path": None,

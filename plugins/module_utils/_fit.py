@@ -31,40 +31,60 @@ MAX_NODES = 16
 FITTING_POOLS = "8 x 96 GB (RTX PRO 6000 Blackwell), 8 x 141 GB (H200) or 8 x 180 GB (B200)"
 
 
-def weights_per_gpu(quant, tp, pp=1, attention_dp=False, dp=1):
+def weights_per_gpu(quant, tp, pp=1, attention_dp=False, dp=1, draft=None):
     """Bytes of the checkpoint each accelerator holds: split by tp x pp; or (attention DP) the experts split by the
     expert parallel size (tp) and the rest whole on every rank; or (data parallel dp, experts over all) the experts
-    split by tp x dp and the rest by tp."""
+    split by tp x dp and the rest by tp. A speculative draft runs at the target's tensor parallel size in every
+    replica (and data-parallel rank): its weights split by tp."""
     total = CHECKPOINTS[quant]["weights_bytes"]
     rest = non_expert_bytes(quant)
+    extra = draft["weights_bytes"] / float(tp) if draft else 0.0
     if attention_dp:
-        return (total - rest) / float(tp * pp) + rest / float(pp)
+        return (total - rest) / float(tp * pp) + rest / float(pp) + extra
     if dp > 1:
-        return (total - rest) / float(tp * dp * pp) + rest / float(tp * pp)
-    return total / float(tp * pp) + REPLICATED_WEIGHT_BYTES
+        return (total - rest) / float(tp * dp * pp) + rest / float(tp * pp) + extra
+    return total / float(tp * pp) + REPLICATED_WEIGHT_BYTES + extra
+
+
+def draft_kv_bytes_per_token(draft, kv_cache_dtype, tp):
+    """The bytes one token of a speculative draft's own KV cache takes on each rank: an MLA latent (576 values a layer)
+    on every rank, or K and V of the draft's KV heads split over tp (at least one head a rank). In the target's KV
+    dtype."""
+    if not draft:
+        return 0
+    kv = draft["kv"]
+    element = KV_BYTES_PER_TOKEN[KV_ELEMENT[kv_cache_dtype]] // (61 * 576)
+    if kv.get("kv_heads") is None:
+        return kv["layers"] * 576 * element
+    heads = max(1, -(-kv["kv_heads"] // tp))
+    return kv["layers"] * 2 * heads * kv["head_dim"] * element
 
 
 def kv_capacity_tokens(quant, engine, kv_cache_dtype, mem_fraction, gpu_memory_mib, tp, pp=1, attention_dp=False,
-                       dp=1):
+                       dp=1, draft=None):
     """Estimated KV-cache tokens of one rank of `engine` (an estimate, calibrated on the runbook). With pipeline
-    parallel each stage holds 1/pp of the layers, and so 1/pp of each token's KV."""
+    parallel each stage holds 1/pp of the layers, and so 1/pp of each token's KV. A speculative draft's weights come
+    out of the pool, and each token holds the draft's KV too."""
     memory = ENGINES[engine]["memory"]
     vram = gpu_memory_mib * MIB
-    weights = weights_per_gpu(quant, tp, pp, attention_dp, dp)
+    weights = weights_per_gpu(quant, tp, pp, attention_dp, dp, draft)
     if memory["of"] == "free":
         free = (vram - weights - memory["runtime_reserve_bytes"]) * mem_fraction
     else:
         free = vram * mem_fraction - weights - memory["runtime_reserve_bytes"]
     if free <= 0:
         return 0
-    return int(free // (KV_BYTES_PER_TOKEN[KV_ELEMENT[kv_cache_dtype]] / float(pp)))
+    per_token = KV_BYTES_PER_TOKEN[KV_ELEMENT[kv_cache_dtype]] / float(pp) + draft_kv_bytes_per_token(
+        draft, kv_cache_dtype, tp)
+    return int(free // per_token)
 
 
 def _gb(count):
     return count / float(GB)
 
 
-def settings_that_fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens, attention_dp=False, dp=1):
+def settings_that_fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens, attention_dp=False, dp=1,
+                      draft=None):
     """The smallest change of the user's own settings (tp, memory knob, KV dtype) that fits, as a sentence, or None."""
     memory = ENGINES[engine]["memory"]
     kv_menu = ENGINES[engine]["quants"][quant]["kv_menu"]
@@ -82,7 +102,8 @@ def settings_that_fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min
             settings = {"tp": tp, "mem_fraction": mem_fraction, "kv_cache_dtype": kv_cache_dtype}
             settings.update(combo)
             tokens = kv_capacity_tokens(quant, engine, settings["kv_cache_dtype"], settings["mem_fraction"],
-                                        gpus["vram_min_mib"], settings["tp"], attention_dp=attention_dp, dp=dp)
+                                        gpus["vram_min_mib"], settings["tp"], attention_dp=attention_dp, dp=dp,
+                                        draft=draft)
             if tokens >= min_kv_tokens:
                 return "With %s it would fit (~%dK KV tokens)." % (
                     " and ".join("%s=%s" % (var(field), value) for field, value in combo), tokens // 1024)
@@ -90,7 +111,7 @@ def settings_that_fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min
 
 
 def fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens=MIN_KV_TOKENS, pp=1, nodes=1,
-        attention_dp=False, dp=1):
+        attention_dp=False, dp=1, draft=None):
     """Can `gpus` (a summarize_gpus summary of one host; a replica is `nodes` such hosts) serve the `quant`
     checkpoint on `engine` with these settings (tp x pp ranks)?
 
@@ -113,8 +134,9 @@ def fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens=MIN
             "Does not fit: %s (%s) is older than Ampere; the INT4 and NVFP4 MoE kernels need sm_80 or newer."
             % (what, gpus["sm"]))}
     tokens = kv_capacity_tokens(quant, engine, kv_cache_dtype, mem_fraction, gpus["vram_min_mib"], tp, pp,
-                                attention_dp, dp)
-    share = weights_per_gpu(quant, tp, pp, attention_dp, dp)
+                                attention_dp, dp, draft)
+    share = weights_per_gpu(quant, tp, pp, attention_dp, dp, draft)
+    target_share = weights_per_gpu(quant, tp, pp, attention_dp, dp)
     vram = gpus["vram_min_mib"] * MIB
     if memory["of"] == "free":
         usable = (vram - share - memory["runtime_reserve_bytes"]) * mem_fraction
@@ -133,10 +155,16 @@ def fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens=MIN
         split = " (the experts split, the rest whole on every rank)"
     elif dp > 1:
         split = " (the experts split %d ways, the rest %d ways)" % (tp * dp, tp)
+    with_draft = ""
+    if draft:
+        with_draft = (" plus ~%.1f GB of the ~%.1f GB draft %s (its KV: %d bytes a token a rank, beside the target's "
+                      "%d)" % (_gb(draft["weights_bytes"] / float(tp)), _gb(draft["weights_bytes"]), draft["repo_id"],
+                               draft_kv_bytes_per_token(draft, kv_cache_dtype, tp),
+                               KV_BYTES_PER_TOKEN[KV_ELEMENT[kv_cache_dtype]] // pp))
     holds = ("%s on %s with %d MiB %s each (%.0f GB in all): each %s %%s ~%.0f GB of the ~%.0f GB %s checkpoint "
-             "(%s)%s%s" % (layout, what, gpus["vram_min_mib"], memory_name,
-                           _gb(gpus["vram_total_mib"] * MIB * nodes), unit, _gb(share),
-                           _gb(checkpoint["weights_bytes"]), quant, checkpoint["repo_id"], split, room))
+             "(%s)%s%s%s" % (layout, what, gpus["vram_min_mib"], memory_name,
+                             _gb(gpus["vram_total_mib"] * MIB * nodes), unit, _gb(target_share),
+                             _gb(checkpoint["weights_bytes"]), quant, checkpoint["repo_id"], split, with_draft, room))
     per = "per replica"
     if attention_dp:
         per = "per rank (x%d ranks with attention DP; one request fits in one rank's)" % tp
@@ -147,7 +175,8 @@ def fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens=MIN
             "Fits: " + holds % "holds"
             + ", leaving room for ~%dK KV tokens %s with %s KV (at least %dK needed; estimate)."
             % (tokens // 1024, per, kv_cache_dtype, min_kv_tokens // 1024))}
-    kv_bytes = min_kv_tokens * KV_BYTES_PER_TOKEN[KV_ELEMENT[kv_cache_dtype]] / float(pp)
+    kv_bytes = min_kv_tokens * (KV_BYTES_PER_TOKEN[KV_ELEMENT[kv_cache_dtype]] / float(pp)
+                                + draft_kv_bytes_per_token(draft, kv_cache_dtype, tp))
     if memory["of"] == "free":
         needed = share + memory["runtime_reserve_bytes"] + kv_bytes / mem_fraction
     else:
@@ -155,7 +184,7 @@ def fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens=MIN
     advice = None
     if nodes == 1:
         advice = settings_that_fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens,
-                                   attention_dp, dp)
+                                   attention_dp, dp, draft)
     other = advice or ("Add hosts to the replica, or use larger %ss." % unit if nodes > 1
                        else "Use more or larger GPUs, e.g. %s." % FITTING_POOLS if unit == "GPU"
                        else "Use more NPUs: one Atlas 800 A3 (16 x 64 GB).")

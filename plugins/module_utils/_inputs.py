@@ -53,6 +53,13 @@ VARIABLES = {
     "pd_router_port": "kimi_pd_router_port",
     "pd_router_metrics_port": "kimi_pd_router_metrics_port",
     "pd_router_extra_args": "kimi_pd_router_extra_args",
+    # Speculative decoding (_speculative).
+    "speculative": "kimi_speculative",
+    "speculative_draft": "kimi_speculative_draft",
+    "speculative_draft_revision": "kimi_speculative_draft_revision",
+    "speculative_tokens": "kimi_speculative_tokens",
+    "speculative_topk": "kimi_speculative_topk",
+    "speculative_draft_tokens": "kimi_speculative_draft_tokens",
 }
 
 

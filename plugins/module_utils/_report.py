@@ -40,10 +40,25 @@ def plan_lines(d):
                "memory knob: %s is %s" % (d["memory_flag"], d.get("memory_meaning", "?")),
                "served model name: %s on %s:%s" % (d["served_model_name"], d["host"], d["port"]),
                "verify checks: %s" % ", ".join(d.get("verify_checks", []))]
+            + _speculative_lines(d)
             + (_pd_lines(d) if d.get("pd") else _replica_lines(d) + _config_lines(d))
             + (["container environment (%s): %s" % (d["engine_title"], " ".join(
                 "%s=%s" % item for item in sorted(d["container_env"].items())))] if d.get("container_env") else [])
             + ["warning: " + w for w in d.get("warnings", [])])
+
+
+def _speculative_lines(d):
+    spec = d.get("speculative")
+    if not spec:
+        return ["speculative: none (kimi_speculative)"]
+    lines = ["speculative: " + spec["summary"]]
+    draft = spec["draft"]
+    if draft:
+        lines.append("draft: %s @ %s (%s, ~%.1f GB%s; %s)" % (
+            draft["repo_id"], draft["revision"] or "NOT PINNED", draft["architecture"] or "architecture read from its "
+            "config.json", draft["weights_bytes"] / 1e9, "" if draft["known"] else ", estimated", draft["source"]))
+    lines.append("speculative flags (%s): %s" % (d["engine_title"], " ".join(spec["flags"])))
+    return lines
 
 
 def _parallel(d):
@@ -173,8 +188,23 @@ def image_line(d, image):
         d["image"], str(image.get("id", ""))[:19], how, why, image.get("base"), proved)
 
 
+def _weights_line(weights):
+    """A download report (kimi_weights_report or kimi_weights_draft_report) as one line."""
+    peers = [s for s in weights.get("sources") or [] if s.get("name") != "hub" and s.get("bytes")]
+    fetched = float(weights.get("bytes_downloaded") or 0) / 1e9
+    if peers:  # weights from peers: how much each sent, and what the hub still had to
+        fetched_from = "%.2f GB fetched: %s, %.2f GB from the hub" % (fetched, ", ".join(
+            "%.2f GB from %s" % (s["bytes"] / 1e9, s["name"]) for s in peers),
+            float(weights.get("bytes_from_hub") or 0) / 1e9)
+    else:
+        fetched_from = "%.2f GB fetched" % fetched
+    return "%s files, %.1f GB in %s (%s, verified: %s)" % (
+        weights.get("files", "?"), float(weights.get("bytes_total") or 0) / 1e9, weights.get("snapshot_path"),
+        fetched_from, weights.get("verified"))
+
+
 def site_summary(d, host, gpus=None, serve=None, proxy=None, weights=None, marks=None, run_tags=("all",),
-                 skip_tags=(), check_mode=False, image=None):
+                 skip_tags=(), check_mode=False, image=None, draft_weights=None):
     """One host's summary lines at the end of site.yml (in check mode: its plan and the files that would change)."""
     serve, proxy, weights = serve or {}, proxy or {}, weights or {}
     ckpt = d["checkpoint"]
@@ -198,18 +228,16 @@ def site_summary(d, host, gpus=None, serve=None, proxy=None, weights=None, marks
         d["identity"], d["quant"], d["engine"], d["engine_version"], ckpt["repo_id"], ckpt["revision"]))
     lines += ["why: " + r for r in d.get("reasons", [])]
     lines.append(image_line(d, image if not check_mode else None))
-    if weights and not check_mode:
-        peers = [s for s in weights.get("sources") or [] if s.get("name") != "hub" and s.get("bytes")]
-        fetched = float(weights.get("bytes_downloaded") or 0) / 1e9
-        if peers:  # weights from peers: how much each sent, and what the hub still had to
-            fetched_from = "%.2f GB fetched: %s, %.2f GB from the hub" % (fetched, ", ".join(
-                "%.2f GB from %s" % (s["bytes"] / 1e9, s["name"]) for s in peers),
-                float(weights.get("bytes_from_hub") or 0) / 1e9)
-        else:
-            fetched_from = "%.2f GB fetched" % fetched
-        lines.append("weights: %s files, %.1f GB in %s (%s, verified: %s)" % (
-            weights.get("files", "?"), float(weights.get("bytes_total") or 0) / 1e9, weights.get("snapshot_path"),
-            fetched_from, weights.get("verified")))
+    for label, report in (("weights", weights), ("draft weights", draft_weights)):
+        if report and not check_mode:
+            lines.append("%s: %s" % (label, _weights_line(report)))
+    spec = d.get("speculative")
+    if spec:
+        achieved = (serve or {}).get("speculative")
+        lines.append("speculative: %s%s" % (spec["summary"], "; verify saw acceptance rate %s, mean accepted length "
+                                            "%.2f" % ("%.0f%%" % (achieved["accept_rate"] * 100)
+                                                      if achieved.get("accept_rate") is not None else "not reported",
+                                                      achieved["mean_accepted_length"]) if achieved else ""))
     if endpoint:
         lines.append("endpoint: %s (model %s, client keys from caddy_proxy_clients%s)" % (
             endpoint, d["served_model_name"], ", CA " + proxy["ca"] if proxy.get("ca") else ""))

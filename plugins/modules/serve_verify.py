@@ -28,6 +28,9 @@ description:
     colour. O(max_tokens) must leave room for the reasoning and the answer.
   - V(no_key) - C(GET /v1/models) without any key must be refused with 401 (a proxy that checks keys; the engine
     itself answers 200 there).
+  - V(speculative) - with speculative decoding on (O(speculative_metrics)): a long answer, then the engine's own
+    Prometheus text at O(engine_metrics_path) must count drafted tokens; the acceptance rate and mean accepted length
+    it reports are returned as RV(speculative). Fails when the engine drafted nothing (speculation is off).
   - V(metrics) - every path of O(metrics_paths) answers O(metrics_key) with 200 and Prometheus text (a C(# TYPE)
     line), and O(api_key) with 401 (a proxy that serves metrics to a metrics key only). An exporter that is still
     starting gets up to O(metrics_wait) seconds. One module run for every path, where one C(uri) task per path and
@@ -64,7 +67,7 @@ options:
     description: The checks to run, in this order.
     type: list
     elements: str
-    choices: [health, models, text, text_no_thinking, tool, vision, no_key, metrics]
+    choices: [health, models, text, text_no_thinking, tool, vision, no_key, metrics, speculative]
     default: [health, models, text, text_no_thinking, tool, vision]
   metrics_paths:
     description: The paths of the V(metrics) check, e.g. C([/metrics, /metrics/node]).
@@ -80,6 +83,16 @@ options:
     description: Seconds the V(metrics) check keeps asking while a path does not answer as it should yet.
     type: int
     default: 10
+  speculative_metrics:
+    description:
+      - The engine's speculative-decoding series, as C(kimi_deployment.speculative.metrics) gives them - C(kind)
+        C(counters) (vLLM - C(drafts), C(draft_tokens), C(accepted) totals) or C(gauges) (SGLang - C(accept_length),
+        C(accept_rate)). Required by the V(speculative) check.
+    type: dict
+  engine_metrics_path:
+    description: Where the engine serves its Prometheus text, under O(url) (the V(speculative) check reads it).
+    type: str
+    default: /metrics
   timeout:
     description: Seconds one request may take.
     type: int
@@ -150,6 +163,22 @@ passed:
   description: Every check passed.
   returned: always
   type: bool
+speculative:
+  description: What speculative decoding achieved during the checks (the V(speculative) check), else null.
+  returned: always
+  type: dict
+  contains:
+    accept_rate:
+      description: Accepted draft tokens over drafted ones (null where the engine reports only the mean length).
+      type: float
+      sample: 0.62
+    mean_accepted_length:
+      description: Tokens each target step produced on average (1 + accepted tokens per draft).
+      type: float
+      sample: 2.85
+    drafts:
+      description: The drafts counted (vLLM), or null.
+      type: int
 failed_checks:
   description: The names of the checks that failed.
   returned: always
@@ -170,8 +199,9 @@ from urllib.error import HTTPError, URLError
 from urllib.request import HTTPSHandler, ProxyHandler, Request, build_opener
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kimi.deploy.plugins.module_utils._speculative import acceptance
 
-CHECKS = ("health", "models", "text", "text_no_thinking", "tool", "vision", "no_key", "metrics")
+CHECKS = ("health", "models", "text", "text_no_thinking", "tool", "vision", "no_key", "metrics", "speculative")
 DEFAULT_CHECKS = CHECKS[:6]  # no_key only makes sense through a proxy that checks keys
 VISION_COLOUR = ("red", (220, 20, 20))
 TEXT_PROMPT = "What is the capital of France? Answer in one short sentence."
@@ -208,6 +238,7 @@ class Verifier(object):
     def __init__(self, params, opener=None):
         self.p = params
         self.base = params["url"].rstrip("/")
+        self.speculative = None
         self.opener = opener or self.build_opener()
 
     def build_opener(self):
@@ -316,6 +347,26 @@ class Verifier(object):
         return "%s: 200 with the metrics key, 401 with %s" % (", ".join(self.p["metrics_paths"]),
                                                               "a client key" if self.p["api_key"] else "no key")
 
+    def check_speculative(self):
+        """A long answer (the draft proposes, the target verifies), then the engine's own counters of it."""
+        spec = self.p["speculative_metrics"]
+        if not spec:
+            raise CheckFailed("the speculative check needs speculative_metrics (kimi_deployment.speculative.metrics)")
+        self.chat([{"role": "user", "content": "Count from one to forty in words, comma separated."}],
+                  chat_template_kwargs={"thinking": False})
+        path = self.p["engine_metrics_path"]
+        status, text = self.request(path, key=False)
+        if status != 200 or not isinstance(text, str):
+            raise CheckFailed("GET %s answered %s: the engine's metrics are needed to see speculation" % (path, status))
+        self.speculative = acceptance(text, spec)
+        if not self.speculative:
+            raise CheckFailed("%s has no drafted tokens (%s): the engine is not speculating" % (path, ", ".join(
+                v for k, v in sorted(spec.items()) if k != "kind")))
+        rate = self.speculative["accept_rate"]
+        return "acceptance rate %s, mean accepted length %.2f%s" % (
+            "%.0f%%" % (rate * 100) if rate is not None else "not reported", self.speculative["mean_accepted_length"],
+            " over %d drafts" % self.speculative["drafts"] if self.speculative["drafts"] else "")
+
     def check_text(self):
         message, finish = self.chat([{"role": "user", "content": TEXT_PROMPT}])
         content = (message.get("content") or "").strip()
@@ -407,6 +458,8 @@ def main():
             metrics_paths=dict(type="list", elements="str", default=[]),
             metrics_key=dict(type="str", no_log=True),
             metrics_wait=dict(type="int", default=10),
+            speculative_metrics=dict(type="dict"),
+            engine_metrics_path=dict(type="str", default="/metrics"),
             timeout=dict(type="int", default=300),
             max_tokens=dict(type="int", default=2048, no_log=False),
         ),
@@ -420,9 +473,11 @@ def main():
             module.fail_json(msg="%s must be at least %d, got %s" % (name, low, p[name]), option=name)
     if not p["checks"]:
         module.fail_json(msg="checks is empty: name at least one of %s" % ", ".join(CHECKS), option="checks")
-    checks = Verifier(p).run()
+    verifier = Verifier(p)
+    checks = verifier.run()
     failed = [c for c in checks if not c["ok"]]
-    result = dict(changed=False, checks=checks, passed=not failed, failed_checks=[c["name"] for c in failed])
+    result = dict(changed=False, checks=checks, passed=not failed, failed_checks=[c["name"] for c in failed],
+                  speculative=verifier.speculative)
     if failed:
         module.fail_json(msg="%d of %d checks failed against %s (%s): %s" % (
             len(failed), len(checks), p["url"], p["served_model_name"],

@@ -48,6 +48,9 @@ DEFAULT_CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "kimi-fake-h
 _DEFAULT = object()  # sentinel: $KIMI_FAKE_HUB_CACHE or DEFAULT_CACHE_DIR
 LAST_MODIFIED = "2026-04-20T12:00:00.000Z"
 CREATED_AT = "2026-04-20T10:00:00.000Z"
+REPO_KINDS = ("model", "eagle3", "dflash")  # model: the Kimi checkpoint; the others: speculative-decoding drafts
+DRAFT_HIDDEN_SIZE = 7168  # Kimi-K2.6's hidden size, which a draft must match
+DRAFT_VOCAB_SIZE = 163840  # Kimi-K2.6's vocabulary size, idem
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000 ** 2, "mb": 1000 ** 2,
                "mib": 1 << 20, "g": 1000 ** 3, "gb": 1000 ** 3, "gib": 1 << 30, "t": 1000 ** 4, "tb": 1000 ** 4,
@@ -94,10 +97,29 @@ class RepoSpec:
     seed: str = ""  # change to get different bytes / another commit for the same repo id
     quant: str = "auto"  # auto | int4 | nvfp4 | fp8 | bf16
     tiktoken_tokens: int = 4096
+    kind: str = "model"  # model (the Kimi checkpoint) | eagle3 | dflash (speculative-decoding drafts)
+    hidden_size: int = DRAFT_HIDDEN_SIZE  # drafts only: overrides config.json's value (for mismatch tests)
+    vocab_size: int = DRAFT_VOCAB_SIZE  # drafts only: idem
 
     def __post_init__(self):
         if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", self.repo_id):
             raise ValueError(f"repo_id must be 'namespace/name': {self.repo_id!r}")
+        kind = str(self.kind).strip().lower()
+        if kind not in REPO_KINDS:
+            raise ValueError(f"kind must be {'|'.join(REPO_KINDS)}: {self.kind!r}")
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "hidden_size", int(self.hidden_size))
+        object.__setattr__(self, "vocab_size", int(self.vocab_size))
+        if self.hidden_size < 1 or self.vocab_size < 1:
+            raise ValueError("hidden_size and vocab_size must be >= 1")
+        if kind == "model" and (self.hidden_size, self.vocab_size) != (DRAFT_HIDDEN_SIZE, DRAFT_VOCAB_SIZE):
+            raise ValueError("hidden_size and vocab_size apply to draft kinds (eagle3, dflash) only")
+        if kind != "model":
+            # A draft is one model.safetensors in bf16 with no tokenizer: shards, quant and tiktoken_tokens are
+            # ignored (normalized, so that they change neither the bytes nor the commit).
+            object.__setattr__(self, "shards", 1)
+            object.__setattr__(self, "quant", "bf16")
+            object.__setattr__(self, "tiktoken_tokens", 4096)
         object.__setattr__(self, "shard_size", parse_size(self.shard_size))
         object.__setattr__(self, "shards", int(self.shards))
         object.__setattr__(self, "extra", int(self.extra))
@@ -114,7 +136,8 @@ class RepoSpec:
 
     @classmethod
     def parse(cls, text: str) -> "RepoSpec":
-        """'moonshotai/Kimi-K2.6:shards=4,shard_size=8MiB,extra=60,private=1,seed=x,quant=int4'."""
+        """'moonshotai/Kimi-K2.6:shards=4,shard_size=8MiB,extra=60,private=1,seed=x,quant=int4', or a draft:
+        'lightseekorg/kimi-k2.6-eagle3:kind=eagle3,shard_size=1MiB' ('kind=dflash'; 'hidden_size=', 'vocab_size=')."""
         repo_id, _sep, rest = text.partition(":")
         kwargs = {}
         names = {f for f in cls.__dataclass_fields__ if f != "repo_id"}
@@ -127,9 +150,18 @@ class RepoSpec:
         return cls(repo_id=repo_id.strip(), **kwargs)
 
     def canonical(self) -> dict:
-        return {"v": GENERATOR_VERSION, "repo_id": self.repo_id, "shards": self.shards,
-                "shard_size": self.shard_size, "extra": self.extra, "private": self.private, "seed": self.seed,
-                "quant": self.quant, "tiktoken_tokens": self.tiktoken_tokens}
+        out = {"v": GENERATOR_VERSION, "repo_id": self.repo_id, "shards": self.shards,
+               "shard_size": self.shard_size, "extra": self.extra, "private": self.private, "seed": self.seed,
+               "quant": self.quant, "tiktoken_tokens": self.tiktoken_tokens}
+        # Fields added later appear only when they differ from their defaults, so that the specs that existed
+        # before them keep their commits (and hash-cache keys).
+        if self.kind != "model":
+            out["kind"] = self.kind
+        if self.hidden_size != DRAFT_HIDDEN_SIZE:
+            out["hidden_size"] = self.hidden_size
+        if self.vocab_size != DRAFT_VOCAB_SIZE:
+            out["vocab_size"] = self.vocab_size
+        return out
 
     @property
     def key(self) -> str:
@@ -502,6 +534,75 @@ def tiktoken_model(lines_wanted: int) -> bytes:
     return b"".join(b"%s %d\n" % (base64.b64encode(tok), rank) for rank, tok in enumerate(tokens))
 
 
+def _safetensors_header(tensor: str, size: int) -> tuple[bytes, int]:
+    """(header, body length) of a `size`-byte safetensors file holding one U8 tensor named `tensor`: 8-byte
+    little-endian header length, then the JSON header padded with spaces to a multiple of 8. Below 512 bytes
+    there is no header (raw bytes)."""
+    if size < 512:
+        return b"", size
+    hlen = 0
+    for _attempt in range(3):  # header length depends on the digits of the body length
+        body = size - 8 - hlen
+        js = json.dumps({"__metadata__": {"format": "pt"},
+                         tensor: {"dtype": "U8", "shape": [body], "data_offsets": [0, body]}},
+                        separators=(",", ":")).encode()
+        hlen = (len(js) + 7) // 8 * 8
+    js = js.ljust(hlen, b" ")
+    header = len(js).to_bytes(8, "little") + js
+    return header, size - len(header)
+
+
+# kind -> (config.json without the fake_hub marker, the one tensor of model.safetensors, hub metadata)
+_DRAFTS = {
+    # EAGLE-3 (lightseekorg/kimi-k2.6-eagle3, AQ-MedAI/Kimi-K26-eagle3): one Llama-style decoder layer fed with
+    # the target's auxiliary hidden states of three layers; the target's tokenizer.
+    "eagle3": ({
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": DRAFT_HIDDEN_SIZE,
+        "num_hidden_layers": 1, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+        "intermediate_size": 18432, "vocab_size": DRAFT_VOCAB_SIZE, "draft_vocab_size": 32000,
+        "max_position_embeddings": 262144, "rms_norm_eps": 1e-05, "rope_theta": 50000.0, "torch_dtype": "bfloat16",
+        "tie_word_embeddings": False,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57], "use_aux_hidden_state": True},
+    }, "midlayer.self_attn.q_proj.weight", "EAGLE-3"),
+    # DFlash (z-lab/Kimi-K2.6-DFlash): a block-diffusion draft of 5 layers conditioned on 5 target layers,
+    # drafting `block_size` tokens at once from mask tokens.
+    "dflash": ({
+        "architectures": ["DFlashDraftModel"], "model_type": "dflash", "hidden_size": DRAFT_HIDDEN_SIZE,
+        "num_hidden_layers": 5, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+        "vocab_size": DRAFT_VOCAB_SIZE, "block_size": 16, "mask_token_id": 163838,
+        "target_layer_ids": [1, 15, 29, 43, 57], "torch_dtype": "bfloat16",
+    }, "layers.0.self_attn.q_proj.weight", "DFlash"),
+}
+
+
+def _draft_config(spec: RepoSpec) -> dict:
+    config = dict(_DRAFTS[spec.kind][0], hidden_size=spec.hidden_size, vocab_size=spec.vocab_size)
+    config["fake_hub"] = {"generator_version": GENERATOR_VERSION, "spec": spec.canonical()}
+    return config
+
+
+def _build_draft_files(spec: RepoSpec, pool: memoryview, seed_for) -> list[RepoFile]:
+    """A speculative-decoding draft repo: config.json, one streamed model.safetensors of spec.shard_size bytes,
+    README.md, .gitattributes (and spec.extra files). No tokenizer: drafts use the target's."""
+    _config, tensor, label = _DRAFTS[spec.kind]
+    files: dict[str, RepoFile] = {}
+    header, body = _safetensors_header(tensor, spec.shard_size)
+    files["model.safetensors"] = RepoFile("model.safetensors", header=header,
+                                          stream=PRStream(seed_for("model.safetensors"), body, pool))
+    files["config.json"] = RepoFile("config.json", _dumps(_draft_config(spec)))
+    files["README.md"] = RepoFile("README.md", (
+        f"---\nlicense: other\nlibrary_name: transformers\npipeline_tag: text-generation\n"
+        f"base_model: moonshotai/Kimi-K2.6\ntags:\n- speculative-decoding\n- {spec.kind}\n---\n"
+        f"# {spec.repo_id} (FAKE {label} draft for Kimi-K2.6)\n\nGenerated by kimi-fake-hub for tests. Spec: "
+        f"`{json.dumps(spec.canonical(), sort_keys=True)}`\n").encode())
+    files[".gitattributes"] = RepoFile(".gitattributes", "".join(
+        f"{p} filter=lfs diff=lfs merge=lfs -text\n" for p in LFS_PATTERNS).encode())
+    for i in range(spec.extra):
+        name = f"extra/extra_{i:04d}.txt"
+        files[name] = RepoFile(name, f"extra file {i} of {spec.repo_id} {spec.seed}\n".encode())
+    return [files[k] for k in sorted(files)]
+
+
 def build_files(spec: RepoSpec, pool: memoryview) -> list[RepoFile]:
     """All files of the repo, in path order. Shards are streamed; everything else is in memory."""
     files: dict[str, RepoFile] = {}
@@ -509,25 +610,16 @@ def build_files(spec: RepoSpec, pool: memoryview) -> list[RepoFile]:
     def seed_for(path: str) -> bytes:
         return hashlib.sha256(f"{GENERATOR_VERSION}|{spec.repo_id}|{spec.seed}|{path}".encode()).digest()
 
+    if spec.kind != "model":
+        return _build_draft_files(spec, pool, seed_for)
+
     n = spec.shards
     width = max(5, len(str(n)))
     shard_names = [f"model-{i:0{width}d}-of-{n:0{width}d}.safetensors" for i in range(1, n + 1)]
     weight_map, total_body = {}, 0
     for i, name in enumerate(shard_names):
         tensor = f"language_model.model.layers.{i}.mlp.experts.weight_packed"
-        header = b""
-        body = spec.shard_size
-        if spec.shard_size >= 512:  # big enough for a valid safetensors header
-            hlen = 0
-            for _attempt in range(3):  # header length depends on the digits of the body length
-                body = spec.shard_size - 8 - hlen
-                js = json.dumps({"__metadata__": {"format": "pt"},
-                                 tensor: {"dtype": "U8", "shape": [body], "data_offsets": [0, body]}},
-                                separators=(",", ":")).encode()
-                hlen = (len(js) + 7) // 8 * 8
-            js = js.ljust(hlen, b" ")
-            header = len(js).to_bytes(8, "little") + js
-            body = spec.shard_size - len(header)
+        header, body = _safetensors_header(tensor, spec.shard_size)
         weight_map[tensor] = name
         total_body += body
         files[name] = RepoFile(name, header=header, stream=PRStream(seed_for(name), body, pool))
@@ -686,13 +778,20 @@ class Repo:
                 if f.lfs:
                     s["lfs"] = {"sha256": f.sha256, "size": f.size, "pointerSize": f.pointer_size}
             siblings.append(s)
+        if self.spec.kind == "model":
+            pipeline_tag, tags = "image-text-to-text", ["transformers", "safetensors", "kimi_k25", "fake"]
+            config = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25"}
+        else:
+            draft = _DRAFTS[self.spec.kind][0]
+            pipeline_tag = "text-generation"
+            tags = ["transformers", "safetensors", draft["model_type"], "speculative-decoding", self.spec.kind,
+                    "base_model:moonshotai/Kimi-K2.6", "fake"]
+            config = {"architectures": draft["architectures"], "model_type": draft["model_type"]}
         return {"_id": self.commit[:24], "id": self.repo_id, "modelId": self.repo_id,
                 "author": self.repo_id.split("/")[0], "sha": self.commit, "lastModified": LAST_MODIFIED,
                 "createdAt": CREATED_AT, "private": self.private, "gated": False, "disabled": False,
-                "downloads": 0, "likes": 0, "library_name": "transformers", "pipeline_tag": "image-text-to-text",
-                "tags": ["transformers", "safetensors", "kimi_k25", "fake"],
-                "config": {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25"},
-                "siblings": siblings, "usedStorage": self.total_size}
+                "downloads": 0, "likes": 0, "library_name": "transformers", "pipeline_tag": pipeline_tag,
+                "tags": tags, "config": config, "siblings": siblings, "usedStorage": self.total_size}
 
     def manifest(self) -> dict:
         return {"repo_id": self.repo_id, "commit": self.commit, "private": self.private,
@@ -1387,7 +1486,8 @@ class FakeHub:
         out = {"hub_url": self.url, "cdn_url": self.cdn_url, "commits": dict(self.commits),
                "page_size": self.page_size, "pid": os.getpid(),
                "repos": {r: {"commit": repo.commit, "private": repo.private, "files": len(repo.files),
-                             "total_size": repo.total_size} for r, repo in self.repos.items()}}
+                             "total_size": repo.total_size, "kind": repo.spec.kind}
+                         for r, repo in self.repos.items()}}
         if manifest:
             out["manifests"] = {r: repo.manifest() for r, repo in self.repos.items()}
         return out

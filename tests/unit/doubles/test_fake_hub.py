@@ -600,6 +600,149 @@ def test_stream_ranges_are_consistent():
     assert len(blocks) == 3
 
 
+# ---------------------------------------------------------------------------------------------- drafts
+EAGLE3 = "lightseekorg/kimi-k2.6-eagle3"
+DFLASH = "z-lab/Kimi-K2.6-DFlash"
+BAD_DRAFT = "acme/bad-draft"
+DRAFT_SPECS = [
+    f"{EAGLE3}:kind=eagle3,shard_size=1MiB",
+    f"{DFLASH}:kind=dflash,shard_size=1536KiB",
+    f"{BAD_DRAFT}:kind=eagle3,hidden_size=4096,vocab_size=32000,shard_size=1MiB",
+]
+# What the drafts' config.json must hold (besides the fake_hub marker), written out here rather than taken from
+# the code under test.
+EAGLE3_CONFIG = {
+    "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 7168, "num_hidden_layers": 1,
+    "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 18432,
+    "vocab_size": 163840, "draft_vocab_size": 32000, "max_position_embeddings": 262144, "rms_norm_eps": 1e-05,
+    "rope_theta": 50000.0, "torch_dtype": "bfloat16", "tie_word_embeddings": False,
+    "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57], "use_aux_hidden_state": True},
+}
+DFLASH_CONFIG = {
+    "architectures": ["DFlashDraftModel"], "model_type": "dflash", "hidden_size": 7168, "num_hidden_layers": 5,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 163840, "block_size": 16,
+    "mask_token_id": 163838, "target_layer_ids": [1, 15, 29, 43, 57], "torch_dtype": "bfloat16",
+}
+# Commits of model specs as generated before draft kinds existed: adding `kind`, `hidden_size` and `vocab_size`
+# to RepoSpec must not move them (deployed caches and recorded demo state are keyed by them).
+PRE_DRAFT_COMMITS = {
+    "moonshotai/Kimi-K2.6": "8a9c4001ecad755eb2876d8a2aeed79f47c4c201",
+    f"{KIMI}:shards=2,shard_size=3MiB,extra=5": "6207ba79a3da1fbdb22d9a7072901555f5fb198e",
+    f"{BIG}:shards=1,shard_size=12MiB": "58454945f142341d12cd65edddd42f1d1bbee741",
+    f"{PRIVATE}:shards=1,shard_size=1536KiB,private=true": "66ed0f8c5e07ef8b626f31838df1831bf0a03033",
+    "nvidia/Kimi-K2.6-NVFP4:shards=2,shard_size=4MiB,private=1": "c720f6746acd7b6d0ab1f1a6ec7f403fde14b7a3",
+    "acme/Kimi-K2.6-W4A8:shards=1,shard_size=1MiB": "b321b5ae2f7c7a1557631dc9d0ad86465184af12",
+    "x/y:quant=fp8,seed=q,tiktoken_tokens=500,shard_size=1MiB,shards=3": "cc7c6e2f92b116f9fca9096b51a4f92260acb1ac",
+    "a/b:shards=1,shard_size=300": "06d6e0cf979ee6aaf0879be8e00f99ec6d88a406",
+}
+
+
+@pytest.fixture(scope="module")
+def draft_hub(tmp_path_factory):
+    h = fh.start_fake_hub(DRAFT_SPECS, cache_dir=str(tmp_path_factory.mktemp("fake-hub-draft-cache")))
+    yield h
+    h.stop()
+
+
+def parse_safetensors(path):
+    """(header dict, header length) of a safetensors file: 8-byte little-endian length, then JSON."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return json.loads(f.read(n)), n
+
+
+@pytest.mark.parametrize("repo_id,expected,tensor,size", [
+    (EAGLE3, EAGLE3_CONFIG, "midlayer.self_attn.q_proj.weight", MiB),
+    (DFLASH, DFLASH_CONFIG, "layers.0.self_attn.q_proj.weight", 1536 * 1024),
+])
+def test_draft_snapshot_download(draft_hub, tmp_path, repo_id, expected, tensor, size):
+    sha = draft_hub.commits[repo_id]
+    out = run_client(draft_hub, tmp_path, f"""
+        path = hh.snapshot_download({repo_id!r})
+        info = hh.model_info({repo_id!r})
+        print(json.dumps({{"path": path, "pipeline_tag": info.pipeline_tag, "tags": info.tags}}))
+    """)
+    snap = Path(out["path"])
+    assert snap.name == sha
+    got = sorted(str(p.relative_to(snap)) for p in snap.rglob("*") if not p.is_dir())
+    assert got == [".gitattributes", "README.md", "config.json", "model.safetensors"]
+    # no tokenizer: drafts use the target's
+    assert not [g for g in got if "token" in g or g.endswith((".jinja", ".model"))]
+    for rel, m in manifest(draft_hub, repo_id).items():
+        assert sha256_file(snap / rel) == m["sha256"], rel
+    config = json.loads((snap / "config.json").read_text())
+    marker = config.pop("fake_hub")
+    assert config == expected
+    assert marker["generator_version"] == fh.GENERATOR_VERSION
+    assert marker["spec"] == fh.RepoSpec.parse(next(s for s in DRAFT_SPECS if s.startswith(repo_id + ":"))
+                                               ).canonical()
+    st = snap / "model.safetensors"
+    assert st.stat().st_size == size  # = shard_size
+    header, hlen = parse_safetensors(st)
+    assert header["__metadata__"] == {"format": "pt"}
+    assert set(header) == {"__metadata__", tensor}
+    begin, end = header[tensor]["data_offsets"]
+    assert begin == 0 and 8 + hlen + end == size and header[tensor]["shape"] == [end]
+    assert out["pipeline_tag"] == "text-generation" and "speculative-decoding" in out["tags"]
+
+
+def test_draft_overrides_show_in_config_and_change_the_commit(draft_hub, tmp_path):
+    cfg = run_client(draft_hub, tmp_path, f"""
+        print(json.dumps(json.load(open(hh.hf_hub_download({BAD_DRAFT!r}, "config.json")))))
+    """)
+    assert (cfg["hidden_size"], cfg["vocab_size"]) == (4096, 32000)
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert cfg["fake_hub"]["spec"]["hidden_size"] == 4096 and cfg["fake_hub"]["spec"]["vocab_size"] == 32000
+    base = fh.RepoSpec.parse(f"{BAD_DRAFT}:kind=eagle3,shard_size=1MiB")
+    assert draft_hub.commits[BAD_DRAFT] != base.commit
+    commits = {base.commit}
+    for opts in ("hidden_size=4096", "vocab_size=32000", "hidden_size=4096,vocab_size=32000", "kind=dflash"):
+        spec = fh.RepoSpec.parse(f"{BAD_DRAFT}:kind=eagle3,shard_size=1MiB,{opts}")
+        commits.add(spec.commit)
+    assert len(commits) == 5
+    # the defaults spelled out are the defaults: same commit, no new canonical field
+    same = fh.RepoSpec.parse(f"{BAD_DRAFT}:kind=eagle3,shard_size=1MiB,hidden_size=7168,vocab_size=163840")
+    assert same.commit == base.commit and "hidden_size" not in same.canonical()
+
+
+def test_draft_spec_parsing(tmp_path):
+    spec = fh.RepoSpec.parse("acme/Kimi-K2.6-eagle3-NVFP4-w4a8:kind=EAGLE3,shard_size=1MiB")
+    assert (spec.kind, spec.shards, spec.quant, spec.hidden_size, spec.vocab_size) == ("eagle3", 1, "bf16", 7168,
+                                                                                       163840)
+    # shards, quant (even an unknown one) and tiktoken_tokens are ignored for drafts: same bytes, same commit
+    loose = fh.RepoSpec.parse("acme/Kimi-K2.6-eagle3-NVFP4-w4a8:kind=eagle3,shard_size=1MiB,shards=4,quant=int3,"
+                              "tiktoken_tokens=300")
+    assert loose.commit == spec.commit
+    r = fh.Repo(loose, None)
+    assert [f.path for f in r.files] == [".gitattributes", "README.md", "config.json", "model.safetensors"]
+    assert r.manifest() == fh.Repo(spec, None).manifest()
+    assert fh.RepoSpec.parse("a/b:kind=dflash,shard_size=1MiB").commit != fh.RepoSpec.parse(
+        "a/b:kind=eagle3,shard_size=1MiB").commit
+    for bad in ("a/b:kind=medusa", "a/b:hidden_size=4096", "a/b:kind=model,vocab_size=1",
+                "a/b:kind=eagle3,hidden_size=0", "a/b:kind=eagle3,vocab_size=x"):
+        with pytest.raises(ValueError):
+            fh.RepoSpec.parse(bad)
+    # tiny drafts are raw bytes, like tiny shards
+    assert fh.Repo(fh.RepoSpec.parse("a/b:kind=dflash,shard_size=100"), None).by_path["model.safetensors"].size == 100
+    # write_repo lays a draft out as a model folder, for the engine doubles
+    folder = Path(fh.write_repo(spec, str(tmp_path / "draft")))
+    assert sorted(p.name for p in folder.iterdir()) == [".gitattributes", "README.md", "config.json",
+                                                        "model.safetensors"]
+    assert json.loads((folder / "config.json").read_text())["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert (folder / "model.safetensors").stat().st_size == MiB
+    assert parse_safetensors(folder / "model.safetensors")[0]["midlayer.self_attn.q_proj.weight"]["dtype"] == "U8"
+
+
+def test_model_commits_unchanged_by_draft_kinds(hub):
+    for text, commit in PRE_DRAFT_COMMITS.items():
+        spec = fh.RepoSpec.parse(text)
+        assert spec.kind == "model" and spec.commit == commit, text
+        assert not {"kind", "hidden_size", "vocab_size"} & set(spec.canonical())
+    assert hub.commits[KIMI] == PRE_DRAFT_COMMITS[SPECS[0]]
+    assert json.loads(hub.repos[KIMI].by_path["config.json"].read())["architectures"] == [
+        "KimiK25ForConditionalGeneration"]
+
+
 # ---------------------------------------------------------------------------------------------- CLI
 @pytest.mark.parametrize("python", sorted({sys.executable} | ({"/usr/bin/python3"} if os.path.exists(
     "/usr/bin/python3") else set())))
@@ -609,6 +752,7 @@ def test_cli_stdlib_only(tmp_path, python):
     spec = "kimi-test/Cli:shards=2,shard_size=1MiB,private=1"
     p = subprocess.Popen([python, "-S", "-I", str(HUB_DIR / "fake_hub.py"), "--port", "0", "--repo", spec,
                           "--repo", "nvidia/Kimi-K2.6-NVFP4:shards=1,shard_size=4096", "--token-file", str(tok),
+                          "--repo", "acme/bad-draft:kind=eagle3,hidden_size=4096,shard_size=1MiB",
                           "--page-size", "5", "--cache-dir", str(tmp_path / "c"),
                           "--info-file", str(tmp_path / "info.json")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -618,6 +762,9 @@ def test_cli_stdlib_only(tmp_path, python):
         info = json.loads(line)
         assert json.loads((tmp_path / "info.json").read_text()) == info
         assert info["commits"]["kimi-test/Cli"] == fh.RepoSpec.parse(spec).commit
+        assert info["repos"]["acme/bad-draft"]["kind"] == "eagle3" and info["repos"]["kimi-test/Cli"]["kind"] == "model"
+        with urllib.request.urlopen(f"{info['hub_url']}/acme/bad-draft/resolve/main/config.json") as r:
+            assert json.load(r)["hidden_size"] == 4096
         assert urlsplit(info["hub_url"]).hostname != urlsplit(info["cdn_url"]).hostname
         sha = info["commits"]["nvidia/Kimi-K2.6-NVFP4"]
         with urllib.request.urlopen(f"{info['hub_url']}/{'nvidia/Kimi-K2.6-NVFP4'}/resolve/{sha}/config.json") as r:

@@ -425,7 +425,7 @@ def test_extra_args_refuse_managed_flags_in_any_spelling(engine, args, spelling,
     ("vllm", ["--enable-expert-parallel yes"], r"--enable-expert-parallel is a switch and takes no value"),
     ("vllm", ["64"], r"kimi_engine_extra_args='64' .*follows no option that takes a value"),
     ("vllm", ["--max-num-seqs", "64", "65"], r"'65' .*follows no option that takes a value"),
-    ("vllm", ["--speculative-config.", "x"], r"dotted key"),
+    ("vllm", ["--compilation-config.", "x"], r"dotted key"),
     ("vllm", ["-O3=1"], r"-O3 already carries its value"),
 ])
 def test_extra_args_refuse_unknown_options_and_bad_values(engine, args, message):
@@ -441,8 +441,8 @@ def test_extra_args_refuse_unknown_options_and_bad_values(engine, args, message)
     ("vllm", ["-ep", "--no-enable-prefix-caching"], ["-ep", "--no-enable-prefix-caching"]),
     ("vllm", ["-O3"], ["-O3"]),
     ("vllm", ["-O", "3"], ["-O", "3"]),
-    ("vllm", ["--speculative-config.method", "mtp"], ["--speculative-config.method", "mtp"]),
-    ("vllm", ['--speculative-config {"method": "mtp"}'], ["--speculative-config", '{"method": "mtp"}']),
+    ("vllm", ["--compilation-config.mode", "3"], ["--compilation-config.mode", "3"]),
+    ("vllm", ['--compilation-config {"mode": 3}'], ["--compilation-config", '{"mode": 3}']),
     ("vllm", ["--lora-modules", "a=/x", "b=/y", "--max-num-seqs", "8"],
      ["--lora-modules", "a=/x", "b=/y", "--max-num-seqs", "8"]),
     ("vllm", ["--hf-token"], ["--hf-token"]),                                # nargs "?": the value is optional
