@@ -29,11 +29,11 @@ $(COLLECTION_LINK):
 setup: $(BIN)/.stamp $(COLLECTION_LINK)  ## Make the virtualenv and link this checkout as kimi.deploy
 	@$(BIN)/ansible --version | head -1
 
-demo: setup  ## The main job on the embedded default: site.yml on a local container GPU host, then a client through Caddy (QUANT=, ENGINE=, GPUS=, ARGS=)
-	QUANT='$(QUANT)' ENGINE='$(ENGINE)' GPUS='$(GPUS)' KIMI_DEMO_ARGS='$(ARGS)' demo/demo.sh up
+demo: setup  ## The main job on the embedded default: site.yml on a local container GPU host, then a client through Caddy (QUANT=, ENGINE=, GPUS=, SPEC=, ARGS=)
+	QUANT='$(QUANT)' ENGINE='$(ENGINE)' GPUS='$(GPUS)' SPEC='$(SPEC)' KIMI_DEMO_ARGS='$(ARGS)' demo/demo.sh up
 
 demo-plan: setup  ## site.yml --check --diff on the demo host: the plan for QUANT= ENGINE=, nothing changed
-	QUANT='$(QUANT)' ENGINE='$(ENGINE)' GPUS='$(GPUS)' KIMI_DEMO_ARGS='$(ARGS)' demo/demo.sh plan
+	QUANT='$(QUANT)' ENGINE='$(ENGINE)' GPUS='$(GPUS)' SPEC='$(SPEC)' KIMI_DEMO_ARGS='$(ARGS)' demo/demo.sh plan
 
 demo-bench: setup bench-client  ## Benchmark the demo through Caddy (playbooks/bench.yml, aiperf): prints where its JSON and PNG are
 	demo/demo.sh bench
@@ -57,10 +57,10 @@ router-client: .venv-router/.stamp  ## The PD routers (sglang-router, vllm-route
 demo-clean:  ## Remove everything make demo made (the host, its volumes, .demo/)
 	demo/demo.sh clean
 
-plan: setup  ## Resolve and print a deployment, no host needed (QUANT=, ENGINE=, GPUS=profile, HOSTS=hosts in one replica, PD=1P1D disaggregated)
+plan: setup  ## Resolve and print a deployment, no host needed (QUANT=, ENGINE=, GPUS=profile, HOSTS=hosts in one replica, PD=1P1D disaggregated, SPEC=eagle3 speculative)
 	$(BIN)/ansible-playbook playbooks/plan.yml -e quant=$(or $(QUANT),auto) -e engine=$(or $(ENGINE),auto) \
 		-e @tests/fixtures/gpus/$(or $(GPUS),rtx-pro-6000-x8).json -e kimi_replica_plan_hosts=$(or $(HOSTS),1) \
-		$(if $(PD),-e kimi_pd_plan=$(PD))
+		$(if $(PD),-e kimi_pd_plan=$(PD)) $(if $(SPEC),-e kimi_speculative=$(SPEC))
 
 lint: setup  ## yamllint + ansible-lint (production profile) + changelog fragments
 	$(BIN)/yamllint --strict .

@@ -9,7 +9,8 @@
 #   demo/demo.sh clean               remove the host, its volumes and the demo folder
 #
 # Environment: GPUS (a GPU profile of tests/fixtures/gpus, default rtx-pro-6000-x8: the GPUs on the host's PCI bus;
-# another one swaps them on a running host), KIMI_DEMO_DIR (default .demo: the client key, the CA, the logs, molecule's
+# another one swaps them on a running host), SPEC (kimi_speculative: eagle3, dflash or ngram; unset serves without
+# speculative decoding), KIMI_DEMO_DIR (default .demo: the client key, the CA, the logs, molecule's
 # state),
 # KIMI_DEMO_INSTANCE (default kimi-demo), KIMI_DEMO_PORT (default 8443, on 127.0.0.1), KIMI_DEMO_ARGS (more
 # ansible-playbook arguments, split on spaces, e.g. "--tags serve" or "-v"; make demo ARGS=...).
@@ -89,7 +90,7 @@ up() {
 	say "site.yml -e quant=$quant -e engine=$engine on $INSTANCE with $gpus${before:+ (serving $before now)} (log: $log)"
 	set +e
 	# shellcheck disable=SC2086  # KIMI_DEMO_ARGS is a list of arguments
-	mol converge -- -e "quant=$quant" -e "engine=$engine" -e "kimi_test_gpu_profile=$gpus" ${KIMI_DEMO_ARGS:-} 2>&1 |
+	mol converge -- -e "quant=$quant" -e "engine=$engine" -e "kimi_test_gpu_profile=$gpus" ${SPEC:+-e kimi_speculative=$SPEC} ${KIMI_DEMO_ARGS:-} 2>&1 |
 		tee "$log"
 	local rc=${PIPESTATUS[0]}
 	set -e
@@ -121,6 +122,7 @@ up() {
 	fi
 	echo "endpoint: https://localhost:$KIMI_DEMO_PORT/v1"
 	echo "model: $model ($after on $gpus)"
+	echo "speculative decoding: ${SPEC:-none}"
 	echo "api key file: $KIMI_DEMO_KEY_FILE"
 	echo "ca: $KIMI_DEMO_DIR/ca.crt"
 	echo "metrics: https://localhost:$KIMI_DEMO_PORT/metrics (key file: $KIMI_DEMO_METRICS_KEY_FILE; also /metrics/node, /metrics/accelerator, /metrics/caddy)"
@@ -134,7 +136,7 @@ plan() {
 	say "site.yml --check --diff -e quant=$quant -e engine=$engine on $INSTANCE with $gpus (nothing is changed)"
 	# shellcheck disable=SC2086
 	mol converge -- --check --diff -e "quant=$quant" -e "engine=$engine" -e "kimi_test_gpu_profile=$gpus" \
-		${KIMI_DEMO_ARGS:-}
+		${SPEC:+-e kimi_speculative=$SPEC} ${KIMI_DEMO_ARGS:-}
 }
 
 bench() {  # make demo-bench: playbooks/bench.yml on the demo host, through Caddy from this machine, a short sweep

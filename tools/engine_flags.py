@@ -176,16 +176,36 @@ ROUTER_BEHAVIOUR = {
 }
 PARSER_BEHAVIOUR["sglang-router"] = PARSER_BEHAVIOUR["vllm-router"] = ROUTER_BEHAVIOUR
 
-# Registries whose members are checked after argparse (the option itself takes
-# any string). Evaluated in the child; a failure just leaves the key out.
+# Names an engine checks after argparse (the option itself takes any string),
+# recorded as the option's `valid_values`. option -> (module, expr[, unless]):
+# evaluated in the child, `expr` in the namespace of `module` (a tuple: each
+# in turn, until one imports and evaluates), with the EXPR_HELPERS at hand. A
+# failure just leaves the key out. `unless`: skipped when the parser has that
+# option (whose choices already list the names).
 VALID_VALUES = {
     "vllm": {
         "--tool-call-parser": (
             "vllm.tool_parsers.abstract_tool_parser", "ToolParserManager.list_registered()"),
         "--reasoning-parser": (
             "vllm.reasoning.abs_reasoning_parsers", "ReasoningParserManager.list_registered()"),
+        # The speculative methods, i.e. the `method` key of this JSON option:
+        # SpeculativeConfig.method is typed SpeculativeMethod | None (a Literal
+        # of nested Literals), which pydantic checks when the engine config is
+        # built. Versions with --spec-method list them as its choices.
+        "--speculative-config": (
+            ("vllm.config.speculative", "vllm.config"), "literal_names(SpeculativeMethod)",
+            "--spec-method"),
     },
-    "sglang": {},
+    "sglang": {
+        # The upper-cased --speculative-algorithm must name a SpeculativeAlgorithm
+        # member (SpeculativeAlgorithm.from_string; NONE is the no-speculation
+        # default, not a method) or an alias resolved before it (NEXTN -> EAGLE).
+        # Plugin-registered names exist only at run time.
+        "--speculative-algorithm": (
+            "sglang.srt.speculative.spec_info",
+            "[name for name in SpeculativeAlgorithm.__members__ if name != 'NONE'] "
+            "+ sglang_spec_aliases(SpeculativeAlgorithm)"),
+    },
 }
 
 # Heavy packages never installed into the helper venv (stubbed when imported).
@@ -498,15 +518,65 @@ def child_main(engine: str, src: str, stubs: list[str]) -> int:
             return CHILD_MISSING_RC
         raise
     options, short = dump_argparse(parser)
-    for opt, (module, expr) in VALID_VALUES.get(engine, {}).items():
+    for opt, entry in VALID_VALUES.get(engine, {}).items():
         if opt in options:
-            try:
-                scope = vars(importlib.import_module(module))
-                options[opt]["valid_values"] = sorted(eval(expr, scope))  # pylint: disable=eval-used
-            except Exception:  # pylint: disable=broad-except
-                pass
+            values = valid_values(options, *entry)
+            if values is not None:
+                options[opt]["valid_values"] = values
     print(json.dumps({"options": options, "short_options": short}))
     return 0
+
+
+def literal_names(*types) -> list[str]:
+    """The str members of Literal types, through nested Literals, Union/Optional and Annotated."""
+    # pylint: disable=import-outside-toplevel
+    import typing
+    names: list[str] = []
+    for kind in types:
+        origin, args = typing.get_origin(kind), typing.get_args(kind)
+        if origin is typing.Literal:
+            for arg in args:
+                names.extend([arg] if isinstance(arg, str) else literal_names(arg))
+        else:  # Union / Optional / X | Y (Annotated: its type only); anything else has no args
+            names.extend(literal_names(*(args[:1] if origin is typing.Annotated else args)))
+    return list(dict.fromkeys(names))
+
+
+def sglang_spec_aliases(algorithm) -> list[str]:
+    """The --speculative-algorithm spellings SGLang resolves to a SpeculativeAlgorithm member
+    (NEXTN): sglang.srt.speculative.spec_registry's _RESERVED_ALIASES (0.5.13 on), else its
+    _RESERVED_NAMES less the enum members (0.5.12); none where the registry is absent."""
+    # pylint: disable=import-outside-toplevel
+    import importlib
+    try:
+        registry = importlib.import_module("sglang.srt.speculative.spec_registry")
+    except ImportError:
+        return []
+    aliases = getattr(registry, "_RESERVED_ALIASES", None)
+    if aliases is None:
+        aliases = set(getattr(registry, "_RESERVED_NAMES", ())) - set(algorithm.__members__)
+    return sorted(aliases)
+
+
+EXPR_HELPERS = {"literal_names": literal_names, "sglang_spec_aliases": sglang_spec_aliases}
+
+
+def valid_values(options: dict, modules, expr: str, unless: str | None = None) -> list | None:
+    """One VALID_VALUES entry, sorted, or None (skipped: `unless` is an option, or no module
+    of `modules` imports and evaluates `expr` to a non-empty collection)."""
+    # pylint: disable=import-outside-toplevel
+    import importlib
+    if unless and unless in options:
+        return None
+    for module in (modules,) if isinstance(modules, str) else modules:
+        try:
+            scope = {**vars(importlib.import_module(module)), **EXPR_HELPERS}
+            values = sorted(eval(expr, scope))  # pylint: disable=eval-used
+        except Exception:  # pylint: disable=broad-except
+            continue
+        if values:
+            return values
+    return None
 
 
 # --------------------------------------------------------------------------- helper venv

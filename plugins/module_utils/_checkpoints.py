@@ -71,13 +71,14 @@ def non_expert_bytes(quant):
     """The bytes of `quant`'s checkpoint outside the routed experts."""
     return CHECKPOINTS[quant].get("non_expert_bytes", NON_EXPERT_WEIGHT_BYTES)
 
+
 # --- Speculative decoding: the known drafts for Kimi-K2.6 (_speculative) ------------------------------------------
 # A draft is a small model that proposes tokens the target checks in one forward pass. Each entry: the method it is
 # trained for, its architecture and the geometry the fit and the compatibility check read (hidden size and vocabulary
 # must be the target's; its own KV cache: layers x KV heads x head dim, or an MLA latent), its size (exact where the
 # hub page gives it, else an estimate from the architecture: hf_snapshot's plan reports the exact bytes before
-# download), the knobs its authors publish, and where it is named. The revision is always the user's pin
-# (kimi_speculative_draft_revision): the hub cannot be reached from here to pin one for them.
+# download), the knobs its authors publish, and where it is named. The revision is the user's pin
+# (kimi_speculative_draft_revision), as the checkpoints' are.
 TARGET_HIDDEN_SIZE = 7168
 TARGET_VOCAB_SIZE = 163840
 TARGET_LAYERS = 61

@@ -29,9 +29,10 @@ SPECULATIVE = {
     "names": {"eagle3": "EAGLE3", "dflash": "DFLASH", "ngram": "NGRAM"},
     "drafts": {"eagle3": "AQ-MedAI/Kimi-K26-eagle3", "dflash": "z-lab/Kimi-K2.6-DFlash"},
     "refused": (
-        (spec_pipelined, "pipeline parallelism is not compatible with speculative decoding (server_args.py of 0.5.12.post1 "
-                    "asserts it; 0.5.23 allows EAGLE on prefill nodes only): serve the replica with kimi_pipeline_parallel "
-                    "unset, or kimi_speculative none"),
+        (spec_pipelined,
+         "pipeline parallelism is not compatible with speculative decoding (server_args.py of 0.5.12.post1 asserts it; "
+         "0.5.23 allows EAGLE on prefill nodes only): serve the replica with kimi_pipeline_parallel unset, or "
+         "kimi_speculative none"),
     ),
     # Gauges of the scheduler (with --enable-metrics), averaged over each decode log interval (metrics_collector.py).
     "metrics": {"kind": "gauges", "accept_length": "sglang:spec_accept_length", "accept_rate": "sglang:spec_accept_rate"},
@@ -43,7 +44,7 @@ SPECULATIVE_ARGS = (
         when=spec_draft_revision),
     Arg("--speculative-num-steps", "speculative_tokens", spec_steps, when=spec_steps),
     Arg("--speculative-eagle-topk", "speculative_topk", spec_topk, when=spec_topk),
-    Arg("--speculative-num-draft-tokens", "speculative_draft_tokens", spec_draft_tokens, when=speculative),
+    Arg("--speculative-num-draft-tokens", "speculative_draft_tokens", spec_draft_tokens, when=spec_draft_tokens),
 )
 
 ENGINE = {

@@ -718,6 +718,7 @@ OPTIONS = {
         'sampling_backend': ('pytorch', 'flashinfer', 'ascend'),
         'sampling_defaults': ('openai', 'model'),
         'schedule_policy': ('lpm', 'random', 'fcfs', 'dfs-weight', 'lof', 'priority', 'routing-key'),
+        'speculative_algorithm': ('DFLASH', 'EAGLE', 'EAGLE3', 'FROZEN_KV_MTP', 'NEXTN', 'NGRAM', 'STANDALONE'),
         'speculative_attention_mode': ('prefill', 'decode'),
         'speculative_draft_load_format': (
             'auto',

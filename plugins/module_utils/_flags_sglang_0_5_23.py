@@ -1015,6 +1015,17 @@ OPTIONS = {
             'hrrn',
             'shortest-prefill-first',
         ),
+        'speculative_algorithm': (
+            'DFLASH',
+            'DSPARK',
+            'EAGLE',
+            'EAGLE3',
+            'FROZEN_KV_MTP',
+            'NEXTN',
+            'NGRAM',
+            'STANDALONE',
+            'UNO',
+        ),
         'speculative_attention_mode': ('prefill', 'decode'),
         'speculative_draft_kv_cache_dtype': ('auto', 'fp8_e5m2', 'fp8_e4m3', 'bf16', 'bfloat16'),
         'speculative_draft_load_format': (

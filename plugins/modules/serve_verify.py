@@ -28,7 +28,7 @@ description:
     colour. O(max_tokens) must leave room for the reasoning and the answer.
   - V(no_key) - C(GET /v1/models) without any key must be refused with 401 (a proxy that checks keys; the engine
     itself answers 200 there).
-  - V(speculative) - with speculative decoding on (O(speculative_metrics)): a long answer, then the engine's own
+  - V(speculative) - with speculative decoding on (O(speculative_metrics)), a long answer, then the engine's own
     Prometheus text at O(engine_metrics_path) must count drafted tokens; the acceptance rate and mean accepted length
     it reports are returned as RV(speculative). Fails when the engine drafted nothing (speculation is off).
   - V(metrics) - every path of O(metrics_paths) answers O(metrics_key) with 200 and Prometheus text (a C(# TYPE)

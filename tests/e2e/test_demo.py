@@ -10,7 +10,8 @@ kimi_bench_min_ratio rolls back; a switch to vLLM is seen; a switch to NVFP4 bui
 it; NVFP4 refuses remote code that is still symlinked before changing anything, and the weights stage repairs it;
 GPUS=b200-x8 swaps the host's GPUs and TensorRT-LLM serves from the YAML the collection writes, a /dev/shm too small
 for it is refused before any change; GPUS=ascend-a3-x16 makes it an Atlas 800 A3 that serves W4A8 on vLLM-Ascend, then
-on SGLang-Ascend; a switch back to int4-sglang on the B200s works; every series the dashboard names was scraped;
+on SGLang-Ascend; a switch back to int4-sglang on the B200s with EAGLE-3 speculative decoding (a draft repo on the fake hub) answers
+through Caddy and reports its acceptance; every series the dashboard names was scraped;
 demo-clean removes everything. The tests depend on each other's order (pytest runs a module's tests in file order).
 """
 import json
@@ -401,12 +402,29 @@ def test_ascend_switches_to_sglang_ascend(first_run):
     assert "SGLANG_NPU_USE_MLAPO=1" in container(".Config.Env")
 
 
-def test_a_switch_back_to_int4_sglang_works_on_the_same_gpus(first_run):
-    out = make("demo", "GPUS=b200-x8", "QUANT=int4", "ENGINE=sglang").flat
+def test_a_switch_back_to_int4_sglang_with_eagle3_speculation_answers_through_caddy(first_run):
+    """make demo GPUS=b200-x8 QUANT=int4 ENGINE=sglang SPEC=eagle3: back to int4-sglang on the same GPUs, speculating.
+    The known EAGLE-3 draft (a small repo on the fake hub) is fetched, pinned and verified beside the checkpoint,
+    SGLang's double loads it from the offline cache, the verify gate reads the acceptance from the engine's metrics,
+    and the answers come through Caddy."""
+    out = make("demo", "GPUS=b200-x8", "QUANT=int4", "ENGINE=sglang", "SPEC=eagle3").flat
     assert "demo: cutover: %s switched from w4a8-sglang to int4-sglang" % INSTANCE in out
     assert "Hello from the Kimi-K2.6 engine double (sglang)" in lines_of(out, "completion:")[0]
-    assert "model: kimi-k2.6 (int4-sglang on b200-x8)" in out
+    assert re.search(r"get_weather\(.*Paris", lines_of(out, "tool call:")[0])
+    assert "model: kimi-k2.6 (int4-sglang on b200-x8)" in out and "speculative decoding: eagle3" in out
     assert host("sh", "-c", "ls /etc/kimi-k26/").split().count("nvfp4-trtllm.yaml") == 1  # kept for a switch back
+    draft = "/var/lib/kimi-k26/huggingface/hub/models--AQ-MedAI--Kimi-K26-eagle3/snapshots/"
+    assert re.search(r"draft weights: 4 files, 0\.0 GB in %s[0-9a-f]{40} \([0-9.]+ GB fetched, verified: True\)"
+                     % re.escape(draft), out), out[-4000:]
+    assert re.search(r"speculative: eagle3 \(EAGLE3\) with AQ-MedAI/Kimi-K26-eagle3@[0-9a-f]{12}, 3 steps, topk 1, 4 "
+                     r"draft tokens verified; verify saw acceptance rate \d+%, mean accepted length [0-9.]+", out), out
+    assert re.search(r"verify on the engine: .*speculative ok \d+ ms", out)
+    command = " ".join(container(".Config.Cmd"))
+    assert re.search(r"--speculative-algorithm EAGLE3 --speculative-draft-model-path AQ-MedAI/Kimi-K26-eagle3 "
+                     r"--speculative-draft-model-revision [0-9a-f]{40} --speculative-num-steps 3 "
+                     r"--speculative-eagle-topk 1 --speculative-num-draft-tokens 4", command), command
+    text = metrics("/metrics", open(os.path.join(DIR, "metrics-key")).read().strip())[1]
+    assert re.search(r"^sglang:spec_accept_length\{.*\} [0-9.]+$", text, re.M), text[:2000]
 
 
 def test_the_dashboard_names_only_series_prometheus_scraped(first_run):

@@ -13,6 +13,7 @@
 #   KIMI_VENV                  the virtualenv (default .venv; `make setup` makes it)
 #   KIMI_TEST_IMAGE, KIMI_TEST_IMAGE_TRIXIE, KIMI_TEST_IMAGE_DOCKER   instance images (README.md)
 #   MOLECULE_ARGS              extra arguments for `molecule test` (e.g. --destroy=never)
+#   KIMI_TEST_JOBS             scenarios run side by side (default 1; make test uses 2), longest first
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
@@ -40,11 +41,11 @@ if [ "${KIMI_TEST_SKIP_PREPARE:-0}" != 1 ]; then
 fi
 
 mkdir -p "$LOGDIR"
-passed=0 failed=0 rows=() T0=$SECONDS
-for s in "${scenarios[@]}"; do
-	log=$LOGDIR/molecule-$s.log
+T0=$SECONDS
+
+one() {  # one SCENARIO: molecule test, its log, and its result line in $LOGDIR/result-SCENARIO ("rc seconds")
+	local s=$1 log=$LOGDIR/molecule-$1.log t=$SECONDS rc
 	echo "=== molecule test -s $s   (log: $log)"
-	t=$SECONDS
 	if [ ! -f "molecule/$s/molecule.yml" ]; then
 		echo "no such scenario: molecule/$s/molecule.yml" >"$log"; rc=2
 	elif [ "${KIMI_TEST_QUIET:-0}" = 1 ]; then
@@ -54,15 +55,39 @@ for s in "${scenarios[@]}"; do
 		# shellcheck disable=SC2086
 		molecule --base-config .config/molecule/config.yml test -s "$s" ${MOLECULE_ARGS:-} 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}
 	fi
-	d=$((SECONDS - t))
-	if [ $rc = 0 ]; then
-		passed=$((passed + 1)); res=passed
-	else
-		failed=$((failed + 1)); res="FAILED (rc=$rc)"
-		[ "${KIMI_TEST_QUIET:-0}" = 1 ] && tail -n 40 "$log" | sed "s/^/  $s| /"
-	fi
+	echo "$rc $((SECONDS - t))" >"$LOGDIR/result-$s"
+	if [ "$rc" != 0 ] && [ "${KIMI_TEST_QUIET:-0}" = 1 ]; then tail -n 40 "$log" | sed "s/^/  $s| /"; fi
+	echo "=== $s: $([ "$rc" = 0 ] && echo passed || echo "FAILED (rc=$rc)") in $((SECONDS - t))s"
+}
+
+# KIMI_TEST_JOBS scenarios at a time (default 1). Each scenario has its own instances, network and state, and only
+# molecule/demo publishes a port, so they can run side by side; most of a scenario's time is waiting (systemd and
+# dockerd starting, images loading, engines getting ready), so two lanes on two cores take about two thirds of the
+# time of one. The longest start first, so that the lanes end together.
+JOBS=${KIMI_TEST_JOBS:-1}
+LONGEST_FIRST=(fleet pd replica caddy_proxy kimi_serve kimi_image nvidia_host ascend_host)
+ordered=()
+for s in "${LONGEST_FIRST[@]}"; do
+	for t in "${scenarios[@]}"; do [ "$t" = "$s" ] && ordered+=("$s"); done
+done
+for t in "${scenarios[@]}"; do
+	case " ${ordered[*]} " in *" $t "*) ;; *) ordered+=("$t") ;; esac
+done
+rm -f "$LOGDIR"/result-*
+if [ "$JOBS" -gt 1 ]; then
+	export -f one
+	export LOGDIR MOLECULE_ARGS
+	export KIMI_TEST_QUIET=1  # lanes side by side: each writes only its log
+	printf '%s\n' "${ordered[@]}" | xargs -P "$JOBS" -I{} bash -c 'one "$1"' _ {}
+else
+	for s in "${ordered[@]}"; do one "$s"; done
+fi
+
+passed=0 failed=0 rows=()
+for s in "${ordered[@]}"; do
+	read -r rc d <"$LOGDIR/result-$s" 2>/dev/null || { rc=1 d=0; }
+	if [ "$rc" = 0 ]; then passed=$((passed + 1)); res=passed; else failed=$((failed + 1)); res="FAILED (rc=$rc)"; fi
 	rows+=("$(printf '%-28s %-16s %4dm%02ds' "$s" "$res" $((d / 60)) $((d % 60)))")
-	echo "=== $s: $res in ${d}s"
 done
 
 echo

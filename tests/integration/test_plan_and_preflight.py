@@ -75,6 +75,30 @@ def test_plan_refuses_bad_input_clearly(extra, message):
     assert message in out, out
 
 
+def test_make_plan_prints_the_speculative_flags_the_draft_and_the_fit():
+    """The README's `make plan ... SPEC=eagle3`: the flags in the engine's form, the draft (unpinned: a warning), its
+    share in the fit."""
+    proc = subprocess.run(["make", "--no-print-directory", "plan", "QUANT=int4", "ENGINE=vllm", "SPEC=eagle3"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 0, out
+    assert ('speculative flags (vLLM): --speculative-config {"method":"eagle3","model":"lightseekorg/kimi-k2.6-eagle3",'
+            '"num_speculative_tokens":3}') in out
+    assert "draft: lightseekorg/kimi-k2.6-eagle3 @ NOT PINNED (LlamaForCausalLMEagle3, ~4.3 GB; seed 004" in out
+    assert "plus ~0.5 GB of the ~4.3 GB draft lightseekorg/kimi-k2.6-eagle3" in out
+    assert "warning: kimi_speculative_draft_revision is not set" in out
+
+
+def test_site_refuses_an_unpinned_draft(tmp_path):
+    inventory = local_inventory(tmp_path)
+    rc, out = playbook("-i", str(inventory), "site.yml", "-e", "quant=int4", "-e", "engine=sglang", "-e", RTX,
+                       "-e", "kimi_int4_revision=" + SHA, "-e", "kimi_speculative=eagle3")
+    assert rc != 0
+    assert "kimi_speculative_draft_revision is not set" in out, out[-2000:]
+    assert "api/models/AQ-MedAI/Kimi-K26-eagle3/revision/main" in out
+    assert "Turn the host into a GPU container host" not in out
+
+
 def test_site_refuses_bad_input_before_any_role_runs(tmp_path):
     inventory = local_inventory(tmp_path)
     rc, out = playbook("-i", str(inventory), "site.yml", "-e", "quant=nvfp4", "-e", "engine=sglang", "-e", RTX)

@@ -225,6 +225,66 @@ def test_missing_module_chain(ef):
         assert ef._missing_module(outer, {"torchvision"}) is None  # pylint: disable=protected-access
 
 
+def test_literal_names(ef):
+    # pylint: disable=import-outside-toplevel
+    from typing import Annotated, Literal, Optional, Union
+    mtp = Literal["deepseek_mtp", "mtp"]
+    eagle = Literal["eagle", "eagle3", mtp]
+    # the shape of vLLM's SpeculativeMethod
+    method = Literal["ngram", "suffix", eagle, Literal["ngram_gpu"]]
+    assert ef.literal_names(method) == ["ngram", "suffix", "eagle", "eagle3", "deepseek_mtp", "mtp",
+                                        "ngram_gpu"]
+    assert ef.literal_names(Optional[method]) == ef.literal_names(method | None) \
+        == ef.literal_names(method)
+    assert ef.literal_names(Union[mtp, Literal["a", None, 1]], Annotated[eagle, "doc"]) == [
+        "deepseek_mtp", "mtp", "a", "eagle", "eagle3"]
+    # no Literal, no names (an annotation left as text included)
+    assert ef.literal_names(str, int | None, "SpeculativeMethod | None") == []
+
+
+def _module(name, **attrs):
+    import types  # pylint: disable=import-outside-toplevel
+    module = types.ModuleType(name)
+    module.__dict__.update(attrs)
+    return module
+
+
+@pytest.mark.parametrize("registry, aliases", [
+    ({"_RESERVED_ALIASES": frozenset({"NEXTN"})}, ["NEXTN"]),  # 0.5.13 on
+    ({"_RESERVED_NAMES": frozenset({"EAGLE", "NEXTN", "NONE"})}, ["NEXTN"]),  # 0.5.12
+    (None, []),  # no registry module
+])
+def test_sglang_speculative_algorithms(ef, monkeypatch, registry, aliases):
+    import enum  # pylint: disable=import-outside-toplevel
+    algorithm = enum.Enum("SpeculativeAlgorithm", ["DFLASH", "EAGLE", "EAGLE3", "NONE"])
+    spec_info = "sglang.srt.speculative.spec_info"
+    monkeypatch.setitem(sys.modules, spec_info, _module(spec_info, SpeculativeAlgorithm=algorithm))
+    monkeypatch.setitem(sys.modules, "sglang.srt.speculative.spec_registry",
+                        None if registry is None else _module("spec_registry", **registry))
+    opts = {"--speculative-algorithm": {}}
+    assert ef.valid_values(opts, *ef.VALID_VALUES["sglang"]["--speculative-algorithm"]) == sorted(
+        ["DFLASH", "EAGLE", "EAGLE3"] + aliases)
+
+
+def test_vllm_speculative_methods(ef, monkeypatch):
+    from typing import Literal  # pylint: disable=import-outside-toplevel
+    method = Literal["ngram", Literal["eagle", Literal["mtp"]]]
+    entry = ef.VALID_VALUES["vllm"]["--speculative-config"]
+    # the first module that imports and has the name wins; later ones are tried in turn
+    monkeypatch.setitem(sys.modules, "vllm.config.speculative", None)
+    monkeypatch.setitem(sys.modules, "vllm.config",
+                        _module("vllm.config", SpeculativeMethod=method))
+    assert ef.valid_values({"--speculative-config": {}}, *entry) == ["eagle", "mtp", "ngram"]
+    monkeypatch.setitem(sys.modules, "vllm.config.speculative",
+                        _module("vllm.config.speculative", SpeculativeMethod=Literal["suffix"]))
+    assert ef.valid_values({"--speculative-config": {}}, *entry) == ["suffix"]
+    # a version with --spec-method lists them as its choices: nothing more on --speculative-config
+    assert ef.valid_values({"--speculative-config": {}, "--spec-method": {}}, *entry) is None
+    monkeypatch.setitem(sys.modules, "vllm.config.speculative", None)
+    monkeypatch.setitem(sys.modules, "vllm.config", _module("vllm.config"))
+    assert ef.valid_values({"--speculative-config": {}}, *entry) is None  # left out, not []
+
+
 SERVE_SRC = '''
 import click
 from tensorrt_llm.llmapi.reasoning_parser import ReasoningParserFactory

@@ -110,6 +110,7 @@ def parse(engine, argv, table=None):
     options, shorts = table["options"], table.get("short_options", {})
     args = ParsedArgs(engine)
     extras = []
+    dotted = {}  # vLLM: dest -> (option, dict of its --option.key values)
     positionals = []
     i = 0
     while i < len(argv):
@@ -123,7 +124,10 @@ def parse(engine, argv, table=None):
             continue
         name, eq, inline = tok.partition("=")
         if engine == "vllm" and name.startswith("--"):
-            name = "--" + name[2:].replace("_", "-")  # FlexibleArgumentParser rewrites --foo_bar
+            # FlexibleArgumentParser rewrites --foo_bar to --foo-bar, before the first dot only (its pattern
+            # `(?<=--)[^\.]*`): --speculative-config.num_speculative_tokens keeps the key's underscores.
+            head, dot, rest = name[2:].partition(".")
+            name = "--" + head.replace("_", "-") + dot + rest
         if engine == "vllm" and re.match(r"^-O\d+$", name):  # -O3 -> --optimization-level 3
             name, eq, inline = "--optimization-level", "=", name[2:]
         elif engine == "vllm" and name == "-O":
@@ -133,7 +137,30 @@ def parse(engine, argv, table=None):
         base = name.split(".", 1)[0]
         if (engine == "vllm" and "." in name and base in options and base.endswith("-config")
                 and options[base]["takes_value"]):
-            spec = dict(options[base], choices=None, nargs=None)  # --speculative-config.method mtp
+            # --speculative-config.method mtp: FlexibleArgumentParser (vllm/utils/argparse_utils.py) gathers the
+            # dotted keys of one option into a dict (each value json.loads'd, else the string; `.key+ a,b` a list)
+            # and appends `--speculative-config <that JSON>` after the other arguments, so it wins over a JSON given
+            # whole (argparse keeps the last value).
+            if not eq:
+                if i >= len(argv):
+                    raise UsageError("argument %s: expected one argument" % base)
+                inline, i = argv[i], i + 1
+            keys = name.split(".")[1:]
+            if keys and keys[-1].endswith("+"):
+                keys[-1], value = keys[-1][:-1], inline.split(",")
+            else:
+                try:
+                    value = json.loads(inline)
+                except ValueError:
+                    value = inline
+            node = dotted.setdefault(options[base]["dest"], (base, {}))[1]
+            for key in keys[:-1]:
+                if not isinstance(node.get(key), dict):
+                    node[key] = {}
+                node = node[key]
+            node[keys[-1]] = value
+            args.given.append(base)
+            continue
         elif name in options:
             spec = options[name]
         else:
@@ -178,7 +205,10 @@ def parse(engine, argv, table=None):
             args.values.setdefault(dest, []).append(vals[0])
         else:
             args.values[dest] = vals[0] if vals else None
+    for dest, (_option, value) in dotted.items():
+        args.values[dest] = json.dumps(value)
     if engine == "vllm":
+        _check_json_options(args, options)
         if positionals:
             args.model = positionals.pop(0)
         extras.extend(positionals)
@@ -193,6 +223,21 @@ def parse(engine, argv, table=None):
     return args
 
 
+# vLLM options whose argparse type is json.loads (EngineArgs: parse_type(json.loads) for a dict-typed config); a
+# value that is not JSON stops the parser (exit 2). Only those the double reads are checked.
+JSON_OPTIONS = {"speculative_config": "--speculative-config/-sc"}
+
+
+def _check_json_options(args, options):
+    for dest, shown in JSON_OPTIONS.items():
+        value = args.values.get(dest)
+        if isinstance(value, str):
+            try:
+                json.loads(value)
+            except ValueError:
+                raise UsageError("argument %s: Value %s cannot be converted to <function loads>." % (shown, value))
+
+
 def startup_problems(args, table=None):
     """Values the real engine accepts at parse time but refuses at start-up (JSON `valid_values`)."""
     table = table or load_flags(args.engine)
@@ -201,6 +246,8 @@ def startup_problems(args, table=None):
         valid, value = spec.get("valid_values"), args.values.get(spec["dest"])
         if not valid or value is None or spec["dest"] in seen:
             continue
+        if args.engine == "vllm" and name.endswith("-config"):
+            continue  # vLLM 0.20.2's --speculative-config valid_values are its `method`s: speculative.py checks them
         seen.add(spec["dest"])
         check = value.upper() if args.engine == "sglang" else value  # SGLang upper-cases enum names
         if check not in valid:

@@ -23,7 +23,10 @@ def serve(engine, argv):
         print("usage: %s [options] -- engine double of %s %s; options: see the pinned flag list"
               % (flags.PROGS[engine], engine, flags.version(engine)))
         return 0
-    for dest in ("port", "tensor_parallel_size"):
+    ints = ("port", "tensor_parallel_size")
+    if engine == "sglang":  # type=int in SGLang's ServerArgs.add_cli_args
+        ints += ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+    for dest in ints:
         value = args.get(dest)
         if value is not None and not str(value).lstrip("-").isdigit():
             flags.usage_exit(engine, "argument --%s: invalid int value: %r" % (dest.replace("_", "-"), value))

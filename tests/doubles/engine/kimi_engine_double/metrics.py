@@ -29,6 +29,16 @@ TRTLLM_HISTOGRAMS = {
     "ttft": ("trtllm_time_to_first_token_seconds", "Histogram of time to first token in seconds."),
     "itl": ("trtllm_time_per_output_token_seconds", "Histogram of time per output token in seconds."),
     "e2e": ("trtllm_e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.")}
+# Speculative decoding (README "Speculative decoding"): vLLM's counters (v1/spec_decode/metrics.py; per_pos has a
+# `position` label "0".."k-1") and SGLang's scheduler gauges (observability/metrics_collector.py).
+SPEC_VLLM_COUNTERS = (("drafts", "vllm:spec_decode_num_drafts", "Number of spec decoding drafts."),
+                      ("draft_tokens", "vllm:spec_decode_num_draft_tokens", "Number of draft tokens."),
+                      ("accepted", "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens."))
+SPEC_VLLM_PER_POS = ("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.")
+SPEC_SGLANG_GAUGES = (("accept_length", "sglang:spec_accept_length",
+                       "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward)."),
+                      ("accept_rate", "sglang:spec_accept_rate",
+                       "Speculative acceptance rate (accepted drafts / proposed drafts in batch)."))
 VLLM_FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")  # vllm/v1/engine FINISH_REASON_STRINGS
 
 
@@ -131,10 +141,11 @@ class Exposition:
         return "".join(line + "\n" for line in self.lines)
 
 
-def render(engine, name, c, hist, queue, usage, created, iter_stats):
+def render(engine, name, c, hist, queue, usage, created, iter_stats, spec=None):
     """The engine's own Prometheus text for a snapshot of the double's state: c its counters, hist its latency
     histograms, queue and usage the KIMI_DOUBLE_QUEUE and KIMI_DOUBLE_KV_USAGE gauges, created the start time (vLLM's
-    _created samples), iter_stats whether TensorRT-LLM's iteration stats are on (its gauges come from them)."""
+    _created samples), iter_stats whether TensorRT-LLM's iteration stats are on (its gauges come from them), spec the
+    speculative-decoding state (speculative.Speculative.snapshot) or None."""
     out = Exposition()
     if engine == "vllm":  # vllm/v1/metrics/loggers.py (PrometheusStatLogger): one child per engine index
         labels = (("model_name", name), ("engine", "0"))
@@ -151,6 +162,13 @@ def render(engine, name, c, hist, queue, usage, created, iter_stats):
                     [c["finished"].get(r, 0) for r in VLLM_FINISH_REASONS], created)
         for kind, (metric, doc) in VLLM_HISTOGRAMS.items():
             out.histogram(metric, doc, labels, hist[kind], created)
+        if spec:  # v1/spec_decode/metrics.py SpecDecodingProm: only with a speculative config, children made at start
+            stats = spec["stats"]
+            for key, metric, doc in SPEC_VLLM_COUNTERS:
+                out.counter(metric, doc, labels, stats[key], created)
+            metric, doc = SPEC_VLLM_PER_POS
+            out.counter(metric, doc, [labels + (("position", str(pos)),) for pos in range(len(stats["per_pos"]))],
+                        list(stats["per_pos"]), created)
         return out.text()
     if engine == "sglang":  # sglang/srt/observability/metrics_collector.py, prometheus_client multiprocess
         # (labels sorted, no _created); the scheduler's gauges (its TP0 rank), the tokenizer's counters and
@@ -160,6 +178,9 @@ def render(engine, name, c, hist, queue, usage, created, iter_stats):
         out.gauge("sglang:num_running_reqs", "The number of running requests.", sched, c["running"])
         out.gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", sched, queue)
         out.gauge("sglang:token_usage", "The token usage.", sched, usage)
+        if spec and spec["gauges"]:  # the scheduler's, set at each decode log interval (here: each answer)
+            for key, metric, doc in SPEC_SGLANG_GAUGES:
+                out.gauge(metric, doc, sched, spec["gauges"][key])
         if c["requests"]:
             tok = sglang_tokenizer_labels(name)
             out.counter("sglang:prompt_tokens", "Number of prefill tokens processed.", tok, c["prompt_tokens"])

@@ -8,7 +8,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from . import disagg, flags, hfcache, metrics, png, rendezvous, trtllm
+from . import disagg, flags, hfcache, metrics, png, rendezvous, speculative, trtllm
 
 READY_LINE = {"sglang": "The server is fired up and ready to roll!", "vllm": "Application startup complete.",
               "trtllm": "Application startup complete."}
@@ -58,6 +58,7 @@ class EngineDouble:
         self.latency = {kind: metrics.Histogram(buckets) for kind, buckets in metrics.LATENCY_BUCKETS[engine].items()}
         self.rendezvous = None  # a replica over several hosts (--nnodes > 1)
         self.disagg = None  # prefill/decode disaggregation (disagg.py)
+        self.speculative = None  # speculative decoding (speculative.py)
         self.created = int(time.time())
 
     # ---- logging, in each engine's style -------------------------------------------------------------
@@ -177,6 +178,13 @@ class EngineDouble:
         problems = self.startup_problems()
         if problems:
             return self.fail("\n".join(problems))
+        try:  # speculative decoding: checked with the engine's arguments, before anything loads
+            self.speculative, notes = speculative.configure(self.engine, self.args, self.model, self.env)
+        except speculative.Problem as e:
+            return self.fail(str(e))
+        for note, level in notes:
+            self.log(note, ("speculative.py" if level == "WARNING" else "core.py") if self.engine == "vllm"
+                     else "server_args.py", level=level, proc="APIServer" if level == "WARNING" else "EngineCore_DP0")
         try:
             self.disagg = disagg.setup(self)
         except disagg.Problem as e:
@@ -225,6 +233,12 @@ class EngineDouble:
             "default_loader.py")
         if moe == "MARLIN":  # marlin_utils_fp4.prepare_nvfp4_moe_layer_for_marlin, after the weights are loaded
             self.log(MARLIN_FP4_WARNING, "marlin_utils_fp4.py:196", level="WARNING", proc=self.worker())
+        if self.speculative:  # the draft, from the offline cache like the target, after it
+            try:
+                self.speculative.load_draft(self.model, self.loaded["config"], self.env, self.log, proc=self.worker())
+            except speculative.Problem as e:
+                return self.fail(str(e))
+            self.log(self.speculative.start_line(), "gpu_model_runner.py", proc=self.worker())
         delay = float(self.env.get("KIMI_DOUBLE_START_DELAY") or 0)
         try:
             if self.disagg:  # the bootstrap server / side channel comes up with the engine, before the API
@@ -340,10 +354,11 @@ class EngineDouble:
         with self.lock:
             c = dict(self.counters, finished=dict(self.counters["finished"]))
             hist = {kind: h.copy() for kind, h in self.latency.items()}
+            spec = self.speculative.snapshot() if self.speculative else None
         queue = metrics.knob(self.env, "KIMI_DOUBLE_QUEUE", "queue") or 0  # a bad value stopped the start-up
         usage = metrics.knob(self.env, "KIMI_DOUBLE_KV_USAGE", "usage") or 0.0
         return metrics.render(self.engine, self.names[0], c, hist, queue, usage, self.created,
-                              bool((self.args.llm_args or {}).get("enable_iter_perf_stats")))
+                              bool((self.args.llm_args or {}).get("enable_iter_perf_stats")), spec)
 
     def record_latency(self, plan, started, first, ended):
         """Observe one answered request in the latency histograms, as the engines do when it finishes: TTFT
@@ -359,6 +374,17 @@ class EngineDouble:
                 self.latency["itl"].observe(decode / (tokens - 1))
             elif tokens > 1:
                 self.latency["itl"].observe(decode / (tokens - 1), times=tokens - 1, total=decode)
+
+    def log_speculation(self, spec, running, tokens):
+        """After an answer with speculative decoding: vLLM's `SpecDecoding metrics` line (its stat logger logs it every
+        interval), SGLang's decode batch line with `accept len` / `accept rate` (every decode log interval)."""
+        if self.engine == "vllm":
+            return self.log(spec, "metrics.py")
+        queue = metrics.knob(self.env, "KIMI_DOUBLE_QUEUE", "queue") or 0
+        usage = metrics.knob(self.env, "KIMI_DOUBLE_KV_USAGE", "usage") or 0.0
+        self.log("Decode batch, #running-req: %d, #token: %d, token usage: %.2f, accept len: %.2f, accept rate: %.2f, "
+                 "#queue-req: %d [engine double]" % (
+                     running, tokens, usage, spec["accept_length"], spec["accept_rate"], queue))
 
     def iteration_stats(self):
         """trtllm /metrics: the JSON iteration stats since the last call ([] unless enable_iter_perf_stats)."""
@@ -451,6 +477,10 @@ class EngineDouble:
             self.counters["generation_tokens"] += completion
             reason = "length" if finish == "length" else "stop"  # the engine's reason: a tool call stops
             self.counters["finished"][reason] = self.counters["finished"].get(reason, 0) + 1
+            spec = self.speculative.observe(completion) if self.speculative else None
+            running = self.counters["running"]
+        if spec is not None:
+            self.log_speculation(spec, running, usage["prompt_tokens"] + completion)
         return 200, {"model": model, "reasoning": reasoning, "content": answer, "tool_call": tool_call,
                      "finish": finish, "usage": usage}
 

@@ -169,3 +169,22 @@ def test_the_npu_smi_info_filter_reads_the_chips_and_refuses_a_cut_table():
         npu_smi_info(rows.splitlines()[0])
     with pytest.raises(AnsibleFilterError, match="input must be the text"):
         npu_smi_info(None)
+
+
+def test_a_speculative_deployment_reports_its_draft_download_and_the_acceptance_verify_saw():
+    with open(GPUS) as f:
+        gpus = json.load(f)["kimi_gpus"]
+    dep = resolve({"quant": "int4", "engine": "sglang", "revisions": {"int4": REV}, "speculative": "eagle3",
+                   "speculative_draft_revision": "c" * 40}, gpus)
+    draft = {"files": 4, "bytes_total": 4.3e9, "snapshot_path": "/hf/hub/models--AQ-MedAI--Kimi-K26-eagle3/snapshots/x",
+             "bytes_downloaded": 4.3e9, "verified": True}
+    lines = site_summary_filter(dep, "gpu1", serve={"url": "http://127.0.0.1:30000", "checks": CHECKS,
+                                                    "speculative": {"accept_rate": 0.6, "mean_accepted_length": 2.8}},
+                                draft_weights=draft, marks=MARKS)
+    assert ("draft weights: 4 files, 4.3 GB in /hf/hub/models--AQ-MedAI--Kimi-K26-eagle3/snapshots/x (4.30 GB fetched, "
+            "verified: True)") in lines
+    assert ("speculative: eagle3 (EAGLE3) with AQ-MedAI/Kimi-K26-eagle3@cccccccccccc, 3 steps, topk 1, 4 draft tokens "
+            "verified; verify saw acceptance rate 60%, mean accepted length 2.80") in lines
+    plain = site_summary_filter(dep, "gpu1", serve={"url": "http://127.0.0.1:30000", "checks": CHECKS}, marks=MARKS)
+    assert ("speculative: eagle3 (EAGLE3) with AQ-MedAI/Kimi-K26-eagle3@cccccccccccc, 3 steps, topk 1, 4 draft tokens "
+            "verified") in plain

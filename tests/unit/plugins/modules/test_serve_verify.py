@@ -326,3 +326,38 @@ def test_metrics_reads_every_path_with_the_metrics_key_and_is_refused_with_the_c
     assert not bad["ok"] and bad["detail"].startswith("/metrics/node with a client key: 200, not 401.")
     [missing] = serve_verify.Verifier(dict(p, metrics_key=None), MetricsProxy()).run()
     assert "needs metrics_paths and metrics_key" in missing["detail"]
+
+
+VLLM_SPEC = {"kind": "counters", "drafts": "vllm:spec_decode_num_drafts_total",
+             "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+             "accepted": "vllm:spec_decode_num_accepted_tokens_total"}
+
+
+def test_speculative_reads_the_engines_counters_after_a_long_answer():
+    """The check asks for an answer, then reads the engine's metrics path (no key: the engine's own port), and
+    reports vLLM's acceptance rate and mean accepted length; an engine that drafted nothing fails it."""
+    counters = ('vllm:spec_decode_num_drafts_total{engine="0",model_name="kimi-k2.6"} 20.0\n'
+                'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="kimi-k2.6"} 60.0\n'
+                'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="kimi-k2.6"} 39.0\n')
+
+    def engine(text):
+        def reply(path, body):
+            if path == "v1/chat/completions":
+                return chat_reply("one, two, three")
+            if path == "metrics":
+                return 200, text
+            return 404, {}
+        return CannedOpener(reply)
+
+    p = params(checks=["speculative"], speculative_metrics=VLLM_SPEC, engine_metrics_path="/metrics")
+    verifier = serve_verify.Verifier(p, engine(counters))
+    [ok] = verifier.run()
+    assert ok["ok"] and ok["detail"] == "acceptance rate 65%, mean accepted length 2.95 over 20 drafts", ok
+    assert verifier.speculative == {"accept_rate": 0.65, "mean_accepted_length": 2.95, "drafts": 20}
+    method, url, body, headers = verifier.opener.requests[0]
+    assert method == "POST" and body["chat_template_kwargs"] == {"thinking": False}
+    assert verifier.opener.requests[1][1] == "http://engine:30000/metrics"
+    [off] = serve_verify.Verifier(p, engine("vllm:num_requests_running 0\n")).run()
+    assert not off["ok"] and "the engine is not speculating" in off["detail"], off
+    [unset] = serve_verify.Verifier(dict(p, speculative_metrics=None), engine(counters)).run()
+    assert not unset["ok"] and "needs speculative_metrics" in unset["detail"]
