@@ -37,6 +37,13 @@ An engine file declares ENGINE, a dict read by _engines (the registry), _fit and
                       RDMA devices on every host / without, bootstrap: the prefill serves a bootstrap port (SGLang),
                       kv_transfer_config: "nixl" or "mooncake-v1" (vLLM's --kv-transfer-config), container_env}.
                       The engine's PD arguments are Args on the `pd` field (pd_* below).
+  speculative:        None (speculative_why says why), or {form: "sglang" (its --speculative-* flags) or "vllm" (one
+                      --speculative-config JSON), option: how the method is named in messages, methods_from: the
+                      parser dests whose values (the version's flag list) name the methods it accepts, names: {method:
+                      the engine's name}, drafts: {method: the known draft}, refused: ((condition(method, quant,
+                      deployment), why), ...), metrics: its acceptance series (_speculative.acceptance), and
+                      draft_quantization where the draft must not inherit the target's --quantization}. The flags are
+                      Args on the speculative* fields (_speculative's spec_* functions).
   args:               the flags the collection emits, in order (Arg); the managed set is derived from them.
   config:             None, or a function of the deployment returning the engine's config file (a dict), with
                       config_managed (dotted key -> field or None), config_defaults (a function of the deployment:

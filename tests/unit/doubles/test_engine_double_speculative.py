@@ -75,7 +75,7 @@ def run_to_exit(engine, extra, env):
     result = {}
     thread = threading.Thread(target=lambda: result.setdefault("code", double.run(stop)), daemon=True)
     thread.start()
-    for _ in range(200):  # until it exits, or gets ready (it must not: stop it, the code then is 0)
+    for _attempt in range(200):  # until it exits, or gets ready (it must not: stop it, the code then is 0)
         thread.join(0.05)
         if not thread.is_alive() or double.ready.is_set():
             break
