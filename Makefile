@@ -11,7 +11,7 @@ COLLECTION_LINK := .collections/ansible_collections/kimi/deploy
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help setup demo demo-plan demo-bench bench-client router-client demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean engine-flags
+.PHONY: help setup demo demo-plan demo-bench bench-client router-client docs-venv docs ee demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean engine-flags
 
 help:  ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -45,6 +45,24 @@ bench-client: .venv-bench/.stamp  ## The benchmark client (aiperf, pinned in req
 	$(PYTHON) -m venv .venv-bench
 	.venv-bench/bin/pip install -q --disable-pip-version-check -r requirements-bench.txt
 	touch $@
+
+docs-venv: .venv-docs/.stamp  ## The documentation toolchain (antsibull-docs, Sphinx; pinned in requirements-docs.txt) in .venv-docs
+
+.venv-docs/.stamp: requirements-docs.txt
+	@test -n "$(PYTHON)" || { echo "Python 3.12 not found: set PYTHON=/path/to/python3.12" >&2; exit 1; }
+	$(PYTHON) -m venv .venv-docs
+	.venv-docs/bin/pip install -q --disable-pip-version-check -r requirements-docs.txt
+	touch $@
+
+docs: setup docs-venv  ## The collection's documentation site (modules, filters, roles) with antsibull-docs into build/docs
+	tools/build_docs.sh
+
+ee: setup  ## The AWX/Automation Platform execution environment's build context (ansible-builder create) in build/ee/context
+	rm -rf build/ee && mkdir -p build/ee
+	$(BIN)/ansible-galaxy collection build --force --output-path build/ee . >/dev/null
+	mv build/ee/kimi-deploy-*.tar.gz build/ee/kimi-deploy.tar.gz
+	$(BIN)/ansible-builder create -f execution-environment.yml --context build/ee/context --output-filename Containerfile
+	@echo "ee: build/ee/context (then: ansible-builder build -f execution-environment.yml -t kimi-deploy-ee:0.1.0)"
 
 router-client: .venv-router/.stamp  ## The PD routers (sglang-router, vllm-router, pinned in requirements-router.txt) in .venv-router, for the tests
 

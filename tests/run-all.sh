@@ -78,6 +78,8 @@ run build-install build_and_install
 # The benchmark client (aiperf in .venv-bench): tests/integration/test_serve_bench.py and make demo-bench run it.
 run bench-client make --no-print-directory bench-client
 run router-client make --no-print-directory router-client
+# The documentation toolchain (.venv-docs): tests/integration/test_docs_site.py builds the site with it.
+run docs-venv make --no-print-directory docs-venv
 suite pytest "$out/pytest.xml" pytest -q -p no:cacheprovider --junitxml="$out/pytest.xml" tests/unit tests/integration
 
 # make demo end to end (the README's first command) on its own demo host: completion through Caddy, 401, idempotence,

@@ -17,7 +17,7 @@ description:
     (C(kimi_pd_address), else C(ansible_host), else its inventory name), its C(kimi_replica) (an instance over several
     hosts), its C(kimi_engine_port) and its RDMA devices (C(kimi_pd_rdma_devices), else the names found under
     C(/sys/class/infiniband), registered as C(_kimi_pd_rdma_found)).
-  - Reads only; M(kimi.deploy.deployment) validates every value.
+  - Reads only; P(kimi.deploy.deployment#filter) validates every value.
 options:
   _input:
     description: The hosts (the fact C(kimi_pd_members)).
