@@ -22,13 +22,17 @@ def main():
     ap.add_argument("--owner", required=True)
     ap.add_argument("--materialized", default="*.py")
     ap.add_argument("--token-file", required=True)
+    ap.add_argument("--repo", action="append", required=True, help="a repo the converge fetched (repeat)")
     args = ap.parse_args()
     info = fetch(args.hub + "/_fake/info")
     uid = pwd.getpwnam(args.owner).pw_uid
     with open(args.token_file) as handle:
         token = handle.read().strip()
     errors = []
-    for repo_id, commit in sorted(info["commits"].items()):
+    missing = sorted(set(args.repo) - set(info["commits"]))
+    if missing:
+        errors.append("not on the fake hub: %s" % ", ".join(missing))
+    for repo_id, commit in sorted((r, c) for r, c in info["commits"].items() if r in args.repo):
         repo_dir = os.path.join(args.hf_home, "hub", "models--" + repo_id.replace("/", "--"))
         with open(os.path.join(repo_dir, "refs", "main"), "rb") as handle:
             if handle.read() != commit.encode():
