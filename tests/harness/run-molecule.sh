@@ -13,7 +13,7 @@
 #   KIMI_VENV                  the virtualenv (default .venv; `make setup` makes it)
 #   KIMI_TEST_IMAGE, KIMI_TEST_IMAGE_TRIXIE, KIMI_TEST_IMAGE_DOCKER   instance images (README.md)
 #   MOLECULE_ARGS              extra arguments for `molecule test` (e.g. --destroy=never)
-#   KIMI_TEST_JOBS             scenarios run side by side (default 1), longest first
+#   KIMI_TEST_JOBS             scenarios run side by side (default 1; make test uses 2), longest first
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
@@ -60,10 +60,10 @@ one() {  # one SCENARIO: molecule test, its log, and its result line in $LOGDIR/
 	echo "=== $s: $([ "$rc" = 0 ] && echo passed || echo "FAILED (rc=$rc)") in $((SECONDS - t))s"
 }
 
-# KIMI_TEST_JOBS scenarios at a time (default 1). Each scenario has its own instances, network and state, and only
-# molecule/demo publishes a port, so they can run side by side on a machine with cores to spare; on two cores they
-# share the CPU (ansible itself is most of the work) and take as long in all. The longest start first, so that the
-# lanes end together.
+# KIMI_TEST_JOBS scenarios at a time (default 1; make test uses 2). Each scenario has its own instances, network and
+# state, and only molecule/demo publishes a port, so they can run side by side. On two cores they share the CPU
+# (ansible is most of the work), so two lanes save about 15%, not half. The longest start first, so that the lanes end
+# together.
 JOBS=${KIMI_TEST_JOBS:-1}
 LONGEST_FIRST=(fleet pd replica caddy_proxy kimi_serve kimi_image nvidia_host ascend_host)
 ordered=()
