@@ -13,6 +13,9 @@ How it talks to the hub (protocol notes: HF_HUB.md in the project notes):
 
 The token goes only to the hub's origin, in curl's config on stdin: never in argv, never to the CDN, never logged.
 The byte transfer itself (ranges, partial blobs, resume) is _hf_download's.
+
+CacheListing is the offline stand-in for Hub.list_files: the same entries, read from the cache's own
+trees/<commit>.json (hf_snapshot offline=true, an air-gapped host fed a bundle); it makes no request.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,6 +23,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import os
 import random
 import re
 import subprocess
@@ -402,6 +406,66 @@ class Hub(object):
                 continue  # same-origin redirect (e.g. /api/resolve-cache/...): ask again there
             return url
         raise HubError("resolving %s: too many redirects" % entry["path"])
+
+
+class CacheListing(object):
+    """Hub.list_files() offline: the file listing from trees/<commit>.json of the repo's cache folder (written with the
+    snapshot, by hf_snapshot or huggingface_hub, only when the full file set is present). No request is made.
+
+    Each file of the tree cache ({size, blob_id, lfs_sha256?, lfs_size?, xet_hash?}, the /tree API's fields) is turned
+    back into the API's shape and through file_entry, so etag and hash_kind are built exactly as Hub.list_files builds
+    them. A missing or malformed tree cache is a HubError that says how to fix it.
+    """
+
+    def __init__(self, layout, repo_id):
+        self.layout = layout
+        self.repo_id = repo_id
+        self.commit = layout.commit
+        self.path = os.path.join(layout.trees, layout.commit + ".json")
+        self.files = None  # read once
+
+    def error(self, why=None):
+        where = "trees/%s.json" % self.commit + (" is malformed: %s" % why if why else "")
+        return HubError("offline: %s@%s has no listing in %s (%s); copy the bundle's folder of this repo into hf_home first"
+                        % (self.repo_id, self.commit, self.layout.repo_dir, where))
+
+    def list_files(self):
+        """Every file at the commit, as Hub.list_files returns them (sorted by path)."""
+        if self.files is None:
+            self.files = self.read()
+        return [dict(f) for f in self.files]
+
+    def read(self):
+        try:
+            with open(self.path, "rb") as handle:
+                data = json.loads(handle.read().decode("utf-8"))
+        except (IOError, OSError):
+            if os.path.lexists(self.path):
+                raise self.error("cannot be read")
+            raise self.error()
+        except ValueError as exc:  # UnicodeDecodeError too
+            raise self.error("not JSON (%s)" % exc)
+        if not isinstance(data, dict) or data.get("format_version") != 1 or not isinstance(data.get("files"), dict):
+            raise self.error('expected {"format_version": 1, "files": {...}}')
+        files = []
+        for path, info in data["files"].items():
+            if not isinstance(info, dict):
+                raise self.error("entry %r is not an object" % (path,))
+            lfs_sha256, lfs_size = info.get("lfs_sha256"), info.get("lfs_size")
+            if lfs_sha256 is not None and lfs_size is not None and lfs_size != info.get("size"):
+                raise self.error("%s: lfs_size %r differs from size %r" % (path, lfs_size, info.get("size")))
+            entry = {"type": "file", "path": path, "size": info.get("size"), "oid": info.get("blob_id")}
+            if lfs_sha256 is not None:
+                entry["lfs"] = {"oid": lfs_sha256, "size": lfs_size}
+            if info.get("xet_hash") is not None:
+                entry["xetHash"] = info["xet_hash"]
+            try:
+                files.append(file_entry(entry))
+            except CacheError as exc:  # HubError, or an unsafe path
+                raise self.error(str(exc))
+        if not files:
+            raise self.error("it lists no files")
+        return sorted(files, key=lambda f: f["path"])
 
 
 def file_entry(entry):

@@ -25,6 +25,8 @@ description:
     check with no network access that reports RV(ignore:changed=false).
   - Needs only Python 3 and C(curl) on the target. The token goes only to the hub, in curl's configuration on
     standard input - never in a command line, never to the CDN, never in results or logs.
+  - For air-gapped sites, O(offline=true) takes the listing from the cache itself and fetches nothing - it checks and
+    adopts a repo folder copied from a bundle made on a connected host.
 version_added: 0.1.0
 author: kimi.deploy maintainers (@kimi-deploy)
 options:
@@ -169,14 +171,33 @@ options:
       - V(false) - the peers must send everything (the hub is asked for the listing only).
     type: bool
     default: true
+  offline:
+    description:
+      - For air-gapped sites. Take the file listing from the cache itself (C(trees/<commit>.json), written with the
+        snapshot by this module or C(huggingface_hub) when the full file set is present) instead of the hub, and fetch
+        nothing - no C(curl), no network; O(endpoint), O(token), O(ca_bundle), O(peers) and the other transfer options
+        are ignored.
+      - The cache is a bundle made on a connected host - the repo's folder (C(models--<org>--<name>)) of a complete
+        snapshot, copied with its symlinks into C(<hf_home>/hub/) of this host.
+      - Every blob is checked against that listing per O(verify) (sha256 for LFS files, the git blob sha1 for the others,
+        sizes only with V(size)). A blob that is absent or fails its check fails the run, naming its repo paths and the
+        blob, and is left as it is; in check mode too, before any change (RV(missing) lists those paths).
+      - Snapshot symlinks, refs and the verification record are then (re)written as by a download; the record of a
+        copied cache no longer matches (inodes differ), so the first run reports RV(ignore:changed=true), and a second
+        run is the stat-only check that reports RV(ignore:changed=false).
+      - Without C(trees/<commit>.json) (or with a malformed one) the run fails, saying which folder to copy.
+    type: bool
+    default: false
+    version_added: 0.3.0
 notes:
   - Supports check mode - the plan. It lists the repo, reports what would be fetched and whether the disk can take
     it, proves O(hf_home) writable, and writes nothing. It fails within seconds on an endpoint it cannot reach.
   - Run it with C(async) and read O(progress_file) to show progress (the C(kimi_weights) role does).
   - Concurrent runs on one repo are serialised by a lock in the cache.
   - A failure caused by one option's value returns that option's name in C(option).
+  - With O(offline=true) C(curl) is not needed and nothing is fetched; the cache must already hold the snapshot.
 requirements:
-  - curl on the target (C(apt-get install curl)), also for check mode
+  - curl on the target (C(apt-get install curl)), also for check mode; not with O(offline=true)
 seealso:
   - name: Hugging Face cache layout
     description: How huggingface_hub stores and reads cached files.
@@ -213,6 +234,16 @@ EXAMPLES = r"""
     verify: size
   check_mode: true
   register: kimi_plan
+
+# Air-gapped host: the repo's cache folder was copied from a bundle made on a connected host
+# (cp -a models--moonshotai--Kimi-K2.6 /var/lib/kimi-k26/huggingface/hub/); check it and adopt it, fetching nothing.
+- name: Verify and adopt Kimi-K2.6 from an offline bundle
+  kimi.deploy.hf_snapshot:
+    repo_id: moonshotai/Kimi-K2.6
+    revision: "{{ kimi_int4_revision }}"
+    hf_home: /var/lib/kimi-k26/huggingface
+    offline: true
+  register: kimi_offline
 """
 
 RETURN = r"""
@@ -315,6 +346,15 @@ bytes_from_hub:
   description: Bytes the hub sent in this run (0 when the peers sent everything).
   returned: always
   type: int
+missing:
+  description:
+    - With O(offline=true), on a failure (check mode too) - repo paths whose blob is absent from the cache or fails its
+      check; nothing may fetch them offline.
+  returned: on such a failure
+  type: list
+  elements: str
+  sample: [model-00002-of-00064.safetensors]
+  version_added: 0.3.0
 option:
   description: On a failure caused by the value of one option, that option's name (for callers that map it to their own variable).
   returned: on such a failure
@@ -331,10 +371,10 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import (
     BlobChecker, CacheError, CacheWriter, Layout, check_hf_home, classify, default_hf_home, disk_message, disk_report,
-    fast_check, filter_paths, load_record, owner_ids, parse_mode, selection_key,
+    fast_check, filter_paths, load_record, owner_ids, parse_mode, selection_key, stat_key,
 )
 from ansible_collections.kimi.deploy.plugins.module_utils._hf_download import Downloader, Progress, Source, partial_bytes
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_hub import Curl, Hub
+from ansible_collections.kimi.deploy.plugins.module_utils._hf_hub import CacheListing, Curl, Hub
 from ansible_collections.kimi.deploy.plugins.module_utils._validate import (
     DEFAULT_ENDPOINT, ValueRuleError, check_repo_id, check_revision,
 )
@@ -362,6 +402,7 @@ class Snapshot(object):
         self.check_mode = module.check_mode
         self.commit = p["revision"]
         self.endpoint = endpoint
+        self.offline = p["offline"]  # listing from trees/<commit>.json, nothing fetched: no hub, no peers
         self.layout = Layout(hf_home, p["repo_id"], self.commit)
         self.selection = selection_key(p["allow_patterns"], p["ignore_patterns"], p["materialize"])
         self.disk = None
@@ -372,8 +413,8 @@ class Snapshot(object):
         # is off.
         headers = ["Authorization: Bearer " + p["peer_key"]] if p["peer_key"] else []
         self.peers = [Source(peer["name"], p["peer_connections"], url=peer["url"], headers=headers,
-                             ca_bundle=p["peer_ca_bundle"] or p["ca_bundle"]) for peer in p["peers"]]
-        self.hub_source = Source("hub", p["connections"], is_hub=True) if p["hub_bytes"] else None
+                             ca_bundle=p["peer_ca_bundle"] or p["ca_bundle"]) for peer in p["peers"] if not self.offline]
+        self.hub_source = Source("hub", p["connections"], is_hub=True) if p["hub_bytes"] and not self.offline else None
         self.exclude = {}  # etag -> the peer that alone sent a copy that failed its hash
         self.suspect = {}  # etag -> the peers that together sent a copy that failed
         self.changed = False
@@ -384,9 +425,10 @@ class Snapshot(object):
         except CacheError as exc:
             module.fail_json(msg=str(exc), option=exc.option)
 
-    def fail(self, msg, option=None):
+    def fail(self, msg, option=None, **more):
         self.progress.stop("failed")
         extra = dict((k, v) for k, v in (("option", option), ("disk", self.disk)) if v is not None)
+        extra.update(more)
         self.module.fail_json(msg=msg, commit=self.commit, **extra)
 
     def run(self):
@@ -398,6 +440,8 @@ class Snapshot(object):
             self.check_disk(0)
             return self.result([e["path"] for e in record["files"]], [], record.get("bytes_total", 0), 0, 0, True, True, 0, {})
         check_hf_home(self.layout)  # CacheError naming hf_home
+        if self.offline:
+            return self.run_offline(record)
         curl_path = self.module.get_bin_path("curl")
         if not curl_path:
             self.fail(CURL_MISSING)
@@ -418,6 +462,51 @@ class Snapshot(object):
             finally:
                 os.close(lock)
 
+    def run_offline(self, record):
+        """offline=true: the listing is the cache's trees/<commit>.json; no curl, no request, nothing fetched."""
+        listing = CacheListing(self.layout, self.p["repo_id"])
+        listing.list_files()  # a missing or malformed listing fails here, before any folder is made
+        with ThreadPoolExecutor(max_workers=max(1, self.p["hash_workers"] or os.cpu_count() or 1)) as pool:
+            if self.check_mode:
+                return self.plan(listing, record, pool)
+            self.writer.prepare()
+            lock = self.writer.lock()
+            try:
+                self.writer.remove_stale_temporaries()
+                self.progress.start()
+                return self.download(listing, record, pool)
+            finally:
+                os.close(lock)
+
+    def check_offline(self, selected, to_check, missing, pool):
+        """offline: hash the present blobs the record does not vouch for; fail naming every blob absent or bad (and
+        its repo paths) - nothing can fetch it. Bad blobs are left in place. Returns etag -> stat key of good ones."""
+        good, bad = {}, [(entry, "absent") for entry in missing]
+        for entry, reason in pool.map(lambda e: (e, self.checker.check(self.layout.blob(e["etag"]), e)), to_check):
+            if reason is None:
+                good[entry["etag"]] = stat_key(self.layout.blob(entry["etag"]))
+            else:
+                bad.append((entry, reason))
+        if bad:
+            bad_etags = set(entry["etag"] for entry, _reason in bad)
+            paths = dict((etag, sorted(e["path"] for e in selected if e["etag"] == etag)) for etag in bad_etags)
+            details = "; ".join("%s (blob %s): %s" % (", ".join(paths[entry["etag"]]), entry["etag"], reason)
+                                for entry, reason in sorted(bad, key=lambda b: paths[b[0]["etag"]]))
+            self.fail("offline: %d of the %d blobs of %s@%s are absent or fail their check, and offline nothing is fetched: "
+                      "%s. Copy them again from the bundle into %s (or the bundle's whole folder of this repo)." % (
+                          len(bad), len(set(e["etag"] for e in selected)), self.p["repo_id"], self.commit, details,
+                          self.layout.blobs), missing=sorted(p for ps in paths.values() for p in ps))
+        return good
+
+    def record_changes(self, record, verified):
+        """offline: whether the verification record is (re)written with other contents (a copied cache: new inodes)."""
+        if record is None or not record.get("complete") or record.get("verify") != self.checker.mode:
+            return True
+        try:
+            return dict((b["etag"], b["stat"]) for b in record.get("blobs", record["files"])) != verified
+        except (KeyError, TypeError):
+            return True
+
     def list_selected(self, hub):
         entries = hub.list_files()
         paths = set(filter_paths([e["path"] for e in entries], self.p["allow_patterns"], self.p["ignore_patterns"]))
@@ -435,11 +524,16 @@ class Snapshot(object):
     def plan(self, hub, record, pool):
         """Check mode: what would be fetched, and whether the disk can take it. Writes nothing."""
         selected = self.list_selected(hub)[1]
-        to_check, missing = classify(self.layout, selected, record, self.p["verify"])[2:]
+        blobs, verified, to_check, missing = classify(self.layout, selected, record, self.p["verify"])
+        changes = []
+        if self.offline:  # fails naming what is absent or bad: a plan shows an incomplete offline cache
+            verified.update(self.check_offline(selected, to_check, missing, pool))
+            to_check, missing = [], []
+            changes.append(self.record_changes(record, dict((k, verified[k]) for k in blobs)))
         missing += self.checker.check_cached(self.layout, to_check, pool, delete=False)[1]
         fetch = set(b["etag"] for b in missing)
         self.check_disk(sum(b["size"] - partial_bytes(self.layout, b) for b in missing))
-        changes = [fetch, self.writer.snapshot_changes(selected, apply=False), self.writer.refs_changes(self.p["set_refs"], apply=False)]
+        changes += [fetch, self.writer.snapshot_changes(selected, apply=False), self.writer.refs_changes(self.p["set_refs"], apply=False)]
         self.changed = any(changes) or self.writer.fix_permissions(dry_run=True)
         return self.result([e["path"] for e in selected], sorted(e["path"] for e in selected if e["etag"] in fetch),
                            sum(e["size"] for e in selected), self.disk["need_bytes"], 0, not fetch, False, 0, {})
@@ -451,6 +545,10 @@ class Snapshot(object):
         for entry in selected:
             self.paths_per_etag[entry["etag"]] = self.paths_per_etag.get(entry["etag"], 0) + 1
         self.progress.set(files_total=len(selected), bytes_total=sum(e["size"] for e in blobs.values()))
+        if self.offline:
+            self.progress.set(state="verifying")
+            verified.update(self.check_offline(selected, to_check, missing, pool))
+            to_check, missing = [], []
         if to_check:
             self.progress.set(state="verifying")
             good, bad = self.checker.check_cached(self.layout, to_check, pool, delete=True)
@@ -486,7 +584,9 @@ class Snapshot(object):
             fetched.update(e["etag"] for e, key in landed if isinstance(key, list))
         self.progress.set(state="linking")
         changes = [fetched, self.writer.snapshot_changes(selected, apply=True)]
-        if not self.p["allow_patterns"] and not self.p["ignore_patterns"]:
+        if self.offline:  # the listing came from the tree cache: kept as it is; the record adopts the copied blobs
+            changes.append(self.record_changes(record, dict((k, verified[k]) for k in blobs)))
+        elif not self.p["allow_patterns"] and not self.p["ignore_patterns"]:
             changes.append(self.writer.write_tree(entries))  # only for the full file set: clients check completeness
         changes.append(self.writer.refs_changes(self.p["set_refs"], apply=True))
         self.writer.remove_stale_partials(blobs)
@@ -563,13 +663,14 @@ def check_params(module):
     for name, low, high in LIMITS:
         if p[name] is not None and not low <= p[name] <= high:
             module.fail_json(msg="%s must be between %d and %d, got %d" % (name, low, high, p[name]), option=name)
-    if not ENDPOINT_RE.fullmatch(endpoint):
+    # offline: no hub, no peers - their options are ignored, not checked
+    if not p["offline"] and not ENDPOINT_RE.fullmatch(endpoint):
         module.fail_json(msg="endpoint must be an http(s) URL such as %s, got %r" % (DEFAULT_ENDPOINT, endpoint), option="endpoint")
-    for peer in p["peers"]:
+    for peer in [] if p["offline"] else p["peers"]:
         if not ENDPOINT_RE.fullmatch(peer["url"] or ""):
             module.fail_json(msg="peers: %s's url must be an http(s) URL such as https://10.0.0.2:8444, got %r" % (
                 peer["name"], peer["url"]), option="peers")
-    if not p["peers"] and not p["hub_bytes"]:
+    if not p["peers"] and not p["hub_bytes"] and not p["offline"]:
         module.fail_json(msg="hub_bytes=false needs peers: without them no source may send bytes", option="hub_bytes")
     for ref in p["set_refs"]:
         if not ref or ref.startswith("/") or ".." in ref.split("/") or ref.strip() != ref:
@@ -599,7 +700,7 @@ def main():
                                                                               url=dict(type="str", required=True))),
             peer_key=dict(type="str", no_log=True), peer_ca_bundle=dict(type="path"),
             peer_connections=dict(type="int", default=4), hub_bytes=dict(type="bool", default=True),
-            peer_wait=dict(type="int", default=600),
+            peer_wait=dict(type="int", default=600), offline=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
