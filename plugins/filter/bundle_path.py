@@ -14,7 +14,8 @@ version_added: 0.1.0
 author: kimi.deploy contributors
 description:
   - The one naming rule of a bundle's folders, for C(playbooks/bundle.yml) which writes them and C(site.yml) which
-    reads them. V(image) - C(images/<reference made safe>.tar.zst); V(checkpoint) - the repo's hub cache folder
+    reads them. V(image) - C(images/<reference made safe>.tar.zst); V(archive) - the host roles' C({name, src}) of
+    that archive in the bundle folder O(bundle) (C(nvidia_host_image_archives)); V(checkpoint) - the repo's hub cache folder
     C(hf/hub/models--org--name); V(apt) - C(apt/<release>-<Debian architecture>); V(architecture) - the Debian name
     of an architecture (C(x86_64) is C(amd64)).
 options:
@@ -26,11 +27,14 @@ options:
     description: What the input is.
     type: str
     required: true
-    choices: [image, checkpoint, apt, architecture]
+    choices: [image, archive, checkpoint, apt, architecture]
   architecture:
     description: The host's architecture, for V(apt).
     type: str
     default: x86_64
+  bundle:
+    description: The bundle's folder, for V(archive).
+    type: str
 """
 
 EXAMPLES = r"""
@@ -41,17 +45,17 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: The path inside the bundle (or the Debian architecture name).
-  type: str
+  description: The path inside the bundle (or the Debian architecture name; for V(archive) a dict).
+  type: raw
 """
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kimi.deploy.plugins.module_utils._bundle import BundleError, path_of
 
 
-def bundle_path(value, kind, architecture="x86_64"):
+def bundle_path(value, kind, architecture="x86_64", bundle=None):
     try:
-        return path_of(kind, value, architecture)
+        return path_of(kind, value, architecture, bundle)
     except BundleError as exc:
         raise AnsibleFilterError("kimi.deploy.bundle_path: %s" % exc)
 

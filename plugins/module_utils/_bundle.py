@@ -49,7 +49,9 @@ ARCHITECTURES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64
 # the argument specs mark no_log, and any name that says it holds one.
 _INPUT_NAME = re.compile(r"^(quant|engine|kimi_|nvidia_host_|ascend_host_|caddy_proxy_)")
 _SECRET_NAME = re.compile(r"(token|password|passphrase|secret|_keys?$|_key_|vault|clients)")
-_NOT_INPUT = re.compile(r"^(kimi_test_|kimi_bundle$|kimi_deployment$|kimi_replica_members$|kimi_pd_members$|kimi_site_)")
+# Facts the playbooks set on a host (resolved, read or noted), not inputs.
+_NOT_INPUT = re.compile(r"^(kimi_test_|kimi_bundle$|kimi_bundle_needs?$|kimi_deployment$|kimi_replica_members$|"
+                        r"kimi_pd_members$|kimi_site_|kimi_weights_report$|kimi_weights_draft_report$)|_offline_needs$")
 
 
 class BundleError(Exception):
@@ -171,17 +173,22 @@ def lacks(components, need):
     return out
 
 
-def path_of(kind, value, architecture=None):
-    """Where a thing lives in a bundle: image (a reference), checkpoint (a repo id) or apt (a release)."""
+def path_of(kind, value, architecture=None, bundle=None):
+    """Where a thing lives in a bundle: image (a reference), checkpoint (a repo id) or apt (a release); archive: the
+    host roles' {name, src} of an image's archive in the bundle folder `bundle`."""
     if kind == "image":
         return image_file(value)
+    if kind == "archive":
+        if not bundle:
+            raise BundleError("an image archive needs the bundle's folder")
+        return {"name": value, "src": "%s/%s" % (bundle.rstrip("/"), image_file(value))}
     if kind == "checkpoint":
         return repo_folder(value)
     if kind == "apt":
         return apt_folder(value, apt_architecture(architecture or "x86_64"))
     if kind == "architecture":
         return apt_architecture(value)
-    raise BundleError("a bundle holds image, checkpoint, apt and architecture paths, not %r" % (kind,))
+    raise BundleError("a bundle holds image, archive, checkpoint, apt and architecture paths, not %r" % (kind,))
 
 
 def secret_names(argument_specs):
@@ -205,7 +212,7 @@ def inputs(host_vars, secrets):
     """The collection's non-secret inputs of one host, for the bundle's inventory copy."""
     out = {}
     for name in sorted(host_vars):
-        if not _INPUT_NAME.match(name) or _NOT_INPUT.match(name):
+        if not _INPUT_NAME.match(name) or _NOT_INPUT.search(name):
             continue
         if name in secrets or _SECRET_NAME.search(name):
             continue

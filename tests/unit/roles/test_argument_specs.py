@@ -17,15 +17,17 @@ def load(role, *parts):
 HOST_ROLES = ("nvidia_host", "ascend_host")  # generic accelerator hosts: no Kimi knowledge
 # The monitoring host's role reads the other hosts' deployments (hostvars), not one of its own.
 MONITOR_ROLES = ("kimi_monitoring",)
+# The air-gapped host's apt source: the bundle's repository for the host's release, whatever it serves.
+SITE_ROLES = ("kimi_bundle",)
 
 
 def _computed(value):
     return isinstance(value, str) and value.strip().startswith("{{") and value.strip().endswith("}}")
 
 
-def test_the_nine_roles_exist():
-    assert ROLES == ["ascend_host", "caddy_proxy", "kimi_image", "kimi_metrics", "kimi_monitoring", "kimi_router",
-                     "kimi_serve", "kimi_weights", "nvidia_host"]
+def test_the_ten_roles_exist():
+    assert ROLES == ["ascend_host", "caddy_proxy", "kimi_bundle", "kimi_image", "kimi_metrics", "kimi_monitoring",
+                     "kimi_router", "kimi_serve", "kimi_weights", "nvidia_host"]
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -54,7 +56,7 @@ def test_defaults_and_argument_specs_agree(role):
         assert name.startswith(role + "_"), "%s: variable %s lacks the role prefix" % (role, name)
 
 
-@pytest.mark.parametrize("role", [r for r in ROLES if r not in HOST_ROLES + MONITOR_ROLES])
+@pytest.mark.parametrize("role", [r for r in ROLES if r not in HOST_ROLES + MONITOR_ROLES + SITE_ROLES])
 def test_serving_roles_consume_the_resolved_deployment(role):
     options = load(role, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
     assert options["kimi_deployment"]["required"] is True
