@@ -15,7 +15,8 @@ author: kimi.deploy contributors
 description:
   - A release named as the collection knows it (C(bookworm), C(trixie), C(jammy), C(noble)) gets its
     distribution's archive, updates and security suites, and the keyring file that signs them on the connected
-    machine. A mapping C({name, distribution, version, sources}) (version as C(ansible_distribution_version) has it for Ubuntu, the major version for Debian) names its own.
+    machine. A mapping C({name, distribution, version, sources}) names its own (version as Ubuntu's
+    C(ansible_distribution_version) has it, Debian's major version).
 options:
   _input:
     description: The release, a name or a mapping.

@@ -152,8 +152,8 @@ def lacks(components, need):
     for ckpt in need["checkpoints"]:
         if (ckpt["repo_id"], ckpt["revision"]) not in have_ckpts:
             held = sorted("%s@%s" % (r, (v or "?")[:12]) for r, v in have_ckpts if r == ckpt["repo_id"])
-            out.append("the checkpoint %s@%s (%s)" % (ckpt["repo_id"], (ckpt["revision"] or "unpinned")[:12],
-                                                     "it has " + ", ".join(held) if held else "not in it"))
+            where = "it has " + ", ".join(held) if held else "not in it"
+            out.append("the checkpoint %s@%s (%s)" % (ckpt["repo_id"], (ckpt["revision"] or "unpinned")[:12], where))
     apt = need["apt"]
     repos = components.get("apt") or {}
     repo = repos.get(apt["release"])
@@ -165,8 +165,8 @@ def lacks(components, need):
         have = set(package_name(p) for p in repo.get("packages") or [])
         missing = [p for p in apt["packages"] if p not in have]
         if missing:
-            out.append("the packages %s in its %s/%s repository" % (", ".join(missing), apt["release"],
-                                                                  apt["architecture"]))
+            out.append("the packages %s in its %s/%s repository" % (
+                ", ".join(missing), apt["release"], apt["architecture"]))
     if need["disaggregated"]:
         out.append("the PD router's wheels: a bundle does not carry disaggregated deployments yet (serve them "
                    "online, or with kimi_router_wheelhouse on the host)")
