@@ -44,6 +44,8 @@ except ImportError:  # pragma: no cover - Python 2
     from urllib import unquote  # pylint: disable=ansible-bad-import-from
     from urlparse import urlsplit  # pylint: disable=ansible-bad-import-from
 
+from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import fsync_folder
+
 ORIGIN = "kimi.deploy bundle"
 KEY_FILE = "kimi-bundle-archive-keyring"
 DEFAULT_KEY_NAME = "kimi.deploy air-gap bundle"
@@ -870,11 +872,7 @@ class AptBundle(object):
             if old:
                 os.rename(old, self.path)
             raise
-        dir_fd = os.open(parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_folder(parent)
         if old:
             shutil.rmtree(old, ignore_errors=True)
 

@@ -29,10 +29,11 @@ import os
 import posixpath
 import re
 import stat
-import tempfile
 import time
 
 from concurrent.futures import ThreadPoolExecutor
+
+from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import atomic_write
 
 FORMAT = "kimi.deploy/bundle-manifest/1"
 RECORD_FORMAT = "kimi.deploy/bundle-record/1"
@@ -317,30 +318,6 @@ def hash_file(path, block=READ_BLOCK):
     return digest.hexdigest(), before, after
 
 
-def atomic_write(path, data, mode=0o644, tmp_prefix=None):
-    """Write bytes to path through a temporary file in the same folder: fsync, rename, fsync the folder."""
-    folder = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=tmp_prefix or ("." + os.path.basename(path) + ".tmp-"), dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dir_fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def read_manifest_bytes(root):
     """The bytes of <root>/manifest.json; BundleError naming it when it is missing, not a file or unreadable."""
     path = os.path.join(root, MANIFEST)
@@ -500,7 +477,8 @@ class Bundle(object):
         try:
             if not os.path.isdir(self.record_dir):
                 os.makedirs(self.record_dir, 0o700)
-            atomic_write(self.record_path, (json.dumps(document, sort_keys=True) + "\n").encode("utf-8"), mode=0o600)
+            atomic_write(self.record_path, (json.dumps(document, sort_keys=True) + "\n").encode("utf-8"), mode=0o600,
+                         sync_folder=True)
         except OSError as exc:
             self.warnings.append("could not save the verification record %s (%s): the next run hashes every file "
                                  "again" % (self.record_path, exc.strerror or exc))
@@ -550,7 +528,7 @@ class Bundle(object):
             result["created"] = document["created"]
             if not self.check_mode:
                 try:
-                    atomic_write(self.manifest_path, manifest_bytes(document), tmp_prefix=MANIFEST_TMP_PREFIX)
+                    atomic_write(self.manifest_path, manifest_bytes(document), prefix=MANIFEST_TMP_PREFIX, sync_folder=True)
                 except OSError as exc:
                     raise BundleError("cannot write %s: %s" % (self.manifest_path, exc.strerror or exc),
                                       result=result)

@@ -111,10 +111,17 @@ def materialize_matches(path, patterns):
     return bool(patterns) and any(fnmatch.fnmatch(path, p) or fnmatch.fnmatch(os.path.basename(path), p) for p in patterns)
 
 
-def atomic_write(path, data, mode=0o644, durable=True):
-    """Write bytes to path through a temporary file in the same folder and os.replace()."""
+def atomic_write(path, data, mode=0o644, durable=True, prefix=None, sync_folder=False):
+    """Write bytes to path through a temporary file in the same folder and os.replace().
+
+    prefix names the temporary file (default .kimi-<name>.<random>.tmp); sync_folder also fsyncs the folder, so the
+    rename itself survives a crash.
+    """
     folder = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    if prefix:
+        fd, tmp = tempfile.mkstemp(prefix=prefix, dir=folder)
+    else:
+        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -129,6 +136,17 @@ def atomic_write(path, data, mode=0o644, durable=True):
         except OSError:
             pass
         raise
+    if sync_folder:
+        fsync_folder(folder)
+
+
+def fsync_folder(folder):
+    """fsync a folder: the renames and creations in it survive a crash."""
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def read_text(path):

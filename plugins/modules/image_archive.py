@@ -112,7 +112,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kimi.deploy.plugins.module_utils._docker_api import (
     READ_SIZE, DockerAPI, DockerAPIError, image_path, json_stream, stream_error)
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import atomic_write
+from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import atomic_write, fsync_folder
 
 
 def record_path(path):
@@ -171,11 +171,7 @@ def save(api, zstd, name, path, level):
             os.fsync(out.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_folder(folder)
         return os.path.getsize(path)
     except BaseException:
         if os.path.exists(tmp):

@@ -78,6 +78,15 @@ def run_client(hub, home, code, offline=True, timeout=120):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def flip_byte(path, offset=1000):
+    """Change one byte in place: same size, same inode, new mtime."""
+    with open(str(path), "r+b") as handle:
+        handle.seek(offset)
+        byte = handle.read(1)
+        handle.seek(offset)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+
+
 def sha256_file(path):
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from ansible_collections.kimi.deploy.plugins.module_utils import _bundle_manifest as bm
+from hfsnap_helpers import flip_byte
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(ROOT, ".venv", "bin")
@@ -83,15 +84,6 @@ def written(bundle, records, **options):
 
 def verified(bundle, records, **options):
     return run(bundle, records, state="verified", **options)
-
-
-def flip_byte(path, offset=1000):
-    """Change one byte in place: same size, same inode, new mtime."""
-    with open(str(path), "r+b") as handle:
-        handle.seek(offset)
-        byte = handle.read(1)
-        handle.seek(offset)
-        handle.write(bytes([byte[0] ^ 0xFF]))
 
 
 def tree(root):

@@ -14,7 +14,7 @@ import pytest
 from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import human_size
 
 from hfsnap_helpers import (
-    MiB, assert_snapshot_matches, blob_path, body_requests, expected_etag, fake_hub, leftovers, manifest,
+    MiB, assert_snapshot_matches, blob_path, body_requests, expected_etag, fake_hub, flip_byte, leftovers, manifest,
     parse_range, parse_result, repo_dir, run_client, run_module, sha256_file, snapshot_dir, snapshot_files, start_module,
 )
 
@@ -196,14 +196,6 @@ def test_rerun_is_stat_only_and_verify_full_rehashes_everything(hub, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ damage on disk
-def flip_byte(path, offset):
-    with open(path, "r+b") as handle:
-        handle.seek(offset)
-        byte = handle.read(1)
-        handle.seek(offset)
-        handle.write(bytes([byte[0] ^ 0xFF]))
-
-
 @pytest.mark.parametrize("damage, path", [("flip", SHARD1), ("truncate", SHARD2), ("truncate", "config.json")])
 def test_damaged_blob_is_detected_and_only_it_is_fetched_again(hub, tmp_path, damage, path):
     home = tmp_path / "hf"

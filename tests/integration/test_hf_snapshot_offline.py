@@ -13,8 +13,8 @@ import subprocess
 import pytest
 
 from hfsnap_helpers import (
-    MiB, assert_snapshot_matches, blob_path, expected_etag, fake_hub, manifest, repo_dir, run_client, run_module,
-    sha256_file,
+    MiB, assert_snapshot_matches, blob_path, expected_etag, fake_hub, flip_byte, manifest, repo_dir, run_client,
+    run_module, sha256_file,
 )
 
 KIMI = "moonshotai/Kimi-K2.6"
@@ -75,14 +75,6 @@ def record_file(home, sha):
 def read_bytes(path):
     with open(path, "rb") as handle:
         return handle.read()
-
-
-def flip_byte(path, offset):
-    with open(path, "r+b") as handle:
-        handle.seek(offset)
-        byte = handle.read(1)
-        handle.seek(offset)
-        handle.write(bytes([byte[0] ^ 0xFF]))
 
 
 def client_reads(bundle, home):
