@@ -11,14 +11,19 @@ COLLECTION_LINK := .collections/ansible_collections/kimi/deploy
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help setup demo demo-plan demo-bench bench-client router-client docs-venv docs ee demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean engine-flags
+.PHONY: help setup demo-setup demo demo-plan demo-bench bench-client router-client docs-venv docs ee demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean engine-flags
 
 help:  ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
-$(BIN)/.stamp: requirements-dev.txt
+# Two stamps: the demo's few packages (requirements-demo.txt), and the whole test toolchain on top of them.
+$(BIN)/.stamp-demo: requirements-demo.txt
 	@test -n "$(PYTHON)" || { echo "Python 3.12 not found: set PYTHON=/path/to/python3.12" >&2; exit 1; }
-	$(PYTHON) -m venv $(VENV)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements-demo.txt
+	touch $@
+
+$(BIN)/.stamp: $(BIN)/.stamp-demo requirements-dev.txt
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
@@ -26,13 +31,17 @@ $(COLLECTION_LINK):
 	mkdir -p $(dir $@)
 	ln -sfn ../../.. $@
 
-setup: $(BIN)/.stamp $(COLLECTION_LINK)  ## Make the virtualenv and link this checkout as kimi.deploy
-	@$(BIN)/ansible --version | head -1
+# `ansible --version | head -1` broke its pipe in about half of the runs (a traceback): print the first line in Python.
+setup: $(BIN)/.stamp $(COLLECTION_LINK)  ## Make the virtualenv with the test toolchain and link this checkout as kimi.deploy
+	@$(BIN)/python -c 'import ansible.release as r; print("ansible-core", r.__version__)'
 
-demo: setup  ## The main job on the embedded default: site.yml on a local container GPU host, then a client through Caddy (QUANT=, ENGINE=, GPUS=, SPEC=, ARGS=)
+demo-setup: $(BIN)/.stamp-demo $(COLLECTION_LINK)  ## Only what make demo needs (a subset of make setup)
+	@$(BIN)/python -c 'import ansible.release as r; print("ansible-core", r.__version__)'
+
+demo: demo-setup  ## The main job on the embedded default: site.yml on a local container GPU host, then a client through Caddy (QUANT=, ENGINE=, GPUS=, SPEC=, ARGS=)
 	QUANT='$(QUANT)' ENGINE='$(ENGINE)' GPUS='$(GPUS)' SPEC='$(SPEC)' KIMI_DEMO_ARGS='$(ARGS)' demo/demo.sh up
 
-demo-plan: setup  ## site.yml --check --diff on the demo host: the plan for QUANT= ENGINE=, nothing changed
+demo-plan: demo-setup  ## site.yml --check --diff on the demo host: the plan for QUANT= ENGINE=, nothing changed
 	QUANT='$(QUANT)' ENGINE='$(ENGINE)' GPUS='$(GPUS)' SPEC='$(SPEC)' KIMI_DEMO_ARGS='$(ARGS)' demo/demo.sh plan
 
 demo-bench: setup bench-client  ## Benchmark the demo through Caddy (playbooks/bench.yml, aiperf): prints where its JSON and PNG are

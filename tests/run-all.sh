@@ -8,7 +8,8 @@ cd "$root"
 export PATH=$root/.venv/bin:$PATH ANSIBLE_CONFIG=$root/ansible.cfg PY_COLORS=0 ANSIBLE_NOCOLOR=1
 out=$root/build/test-results
 mkdir -p "$out"
-passed=0 failed=0
+passed=0 failed=0 skipped=0
+: >"$out/skipped.txt"
 declare -a rows=()
 
 run() {  # run NAME COMMAND...: one check, counted as one result
@@ -22,22 +23,38 @@ run() {  # run NAME COMMAND...: one check, counted as one result
   return $rc
 }
 
-count_junit() {  # add a junit file's cases to the totals
+count_junit() {  # add a junit file's cases to the totals; its skipped cases, with their reasons, to $out/skipped.txt
   local counts
-  counts=$(python3 - "$1" <<'PY'
+  counts=$(python3 - "$1" "$out/skipped.txt" <<'PY'
 import sys, xml.etree.ElementTree as ET
 try:
     root = ET.parse(sys.argv[1]).getroot()
 except Exception:
-    print("0 1"); sys.exit()
+    print("0 1 0"); sys.exit()
 suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
 total = sum(int(s.get("tests", 0)) for s in suites)
 bad = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
-skipped = sum(int(s.get("skipped", 0)) for s in suites)
-print(total - bad - skipped, bad)
+skips = [(c.get("classname", "") + "::" + c.get("name", ""), s.get("message", "") or s.text or "")
+         for c in root.iter("testcase") for s in c.findall("skipped")]
+with open(sys.argv[2], "a") as f:
+    for name, why in skips:
+        f.write("%s: %s\n" % (name, " ".join(why.split())[:200]))
+print(total - bad - len(skips), bad, len(skips))
 PY
 )
-  passed=$((passed + ${counts% *})); failed=$((failed + ${counts#* }))
+  read -r p f k <<<"$counts"
+  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + k))
+}
+
+install() {  # install NAME COMMAND...: a setup step, timed; not a check (it counts only when it fails)
+  local name=$1 start=$SECONDS rc
+  shift
+  echo "=== $name: $*"
+  "$@"
+  rc=$?
+  rows+=("$(printf '%-22s %6ss  %s' "$name" $((SECONDS - start)) "$([ $rc = 0 ] && echo "ok (setup, not counted)" || echo "FAILED (rc=$rc)")")")
+  if [ $rc != 0 ]; then failed=$((failed + 1)); fi
+  return $rc
 }
 
 suite() {  # suite NAME JUNIT COMMAND...: a runner whose cases are counted from its junit file
@@ -69,17 +86,17 @@ build_and_install() {  # the built tarball installs, its plugins load and its pl
   return $rc
 }
 
-run prepare tests/harness/prepare.sh
+install prepare tests/harness/prepare.sh
 run yamllint yamllint --strict .
 run ansible-lint ansible-lint --profile production
 run changelog bash -c 'antsibull-changelog lint && antsibull-changelog lint-changelog-yaml changelogs/changelog.yaml'
 run sanity tests/sanity.sh
 run build-install build_and_install
 # The benchmark client (aiperf in .venv-bench): tests/integration/test_serve_bench.py and make demo-bench run it.
-run bench-client make --no-print-directory bench-client
-run router-client make --no-print-directory router-client
+install bench-client make --no-print-directory bench-client
+install router-client make --no-print-directory router-client
 # The documentation toolchain (.venv-docs): tests/integration/test_docs_site.py builds the site with it.
-run docs-venv make --no-print-directory docs-venv
+install docs-venv make --no-print-directory docs-venv
 suite pytest "$out/pytest.xml" pytest -q -p no:cacheprovider --junitxml="$out/pytest.xml" tests/unit tests/integration
 
 # make demo end to end (the README's first command) on its own demo host: completion through Caddy, 401, idempotence,
@@ -100,8 +117,12 @@ passed=$((passed + mp)); failed=$((failed + mf))
 rows+=("$(printf '%-22s %6ss  %s' molecule $((SECONDS - start)) "$mp passed, $mf failed")")
 
 echo
-echo "=== timings"
-printf '%s\n' "${rows[@]}"
-printf '%-22s %6ss\n' total "$SECONDS"
-echo "summary: $passed passed, $failed failed"
+echo "=== timings (also in build/test-results/timings.txt)"
+{ printf '%s\n' "${rows[@]}"; printf '%-22s %6ss\n' total "$SECONDS"; } | tee "$out/timings.txt"
+if [ "$skipped" -gt 0 ]; then
+  echo
+  echo "=== skipped ($skipped), with their reasons"
+  cat "$out/skipped.txt"
+fi
+echo "summary: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]

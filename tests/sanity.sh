@@ -6,7 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dest=$root/build/sanity/ansible_collections/kimi/deploy
 venv=$root/.cache/sanity-venv
-core=$(grep -E '^ansible-core==' "$root/requirements-dev.txt")
+core=$(grep -E '^ansible-core==' "$root/requirements-demo.txt")
 if [ "$(cat "$venv/.stamp" 2>/dev/null)" != "$core" ]; then
   rm -rf "$venv"
   "$root/.venv/bin/python" -m venv "$venv"

@@ -48,21 +48,24 @@ ENGINE_IMAGES=(kimi-double/sglang:v0.5.12.post1-cu130 kimi-double/vllm-openai:v0
 HOST_PACKAGES=(docker.io debootstrap dpkg-dev gpg apt-utils)
 
 mkdir -p "$CACHE"
-exec 9>"$CACHE/.prepare.lock"
-flock 9   # one prepare at a time (parallel helpers, CI steps)
-
-T0=$EPOCHREALTIME
-SUMMARY=()
-STATUS_FILE=$CACHE/.prepare.status
+T0=${KIMI_PREPARE_T0:-$EPOCHREALTIME}
+export KIMI_PREPARE_T0=$T0
+SUMMARY_FILE=$(mktemp "$CACHE/.prepare.summary.XXXX")
+STATUS_FILE=/dev/null   # each step sets its own (step)
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
 log() { printf '[prepare %6ss] %s\n' "$(since "$T0")" "$*" >&2; }
 status() { echo "$*" >"$STATUS_FILE"; }
-step() {  # step NAME FUNC ARGS...: run in a subshell under set -e, time it, record its status line
-	local name=$1 t rc; shift
+step() {  # step NAME FUNC ARGS...: run in a subshell under set -e, time it, print its start and end, record its line
+	local name=$1 t rc sf; shift
 	t=$EPOCHREALTIME
-	: >"$STATUS_FILE"
-	set +e; ( set -e; "$@" ); rc=$?; set -e
-	SUMMARY+=("$(printf '%-44s %6ss  %s' "$name" "$(since "$t")" "$([ $rc = 0 ] && cat "$STATUS_FILE" || echo "FAILED rc=$rc")")")
+	sf=$(mktemp "$CACHE/.prepare.status.XXXX")
+	log "start: $name"
+	# A new shell runs the step: `set -e` is ignored inside a function called from `||` or `&&`, in subshells too.
+	set +e; bash "$SELF" --run-step "$sf" "$@"; rc=$?; set -e
+	local line; line="$(printf '%-44s %6ss  %s' "$name" "$(since "$t")" "$([ $rc = 0 ] && cat "$sf" || echo "FAILED rc=$rc")")"
+	rm -f "$sf"
+	log "done:  $line"
+	echo "$line" >>"$SUMMARY_FILE"
 	return $rc
 }
 image_label() { docker image inspect -f "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true; }
@@ -247,20 +250,42 @@ router_wheels() {  # for the instances' Python (trixie: CPython 3.13, x86_64), k
 	status "downloaded $(ls "$dir" | wc -l) wheels ($(du -sm "$dir" | cut -f1) MB)"
 }
 
-# leftovers of an interrupted build (we hold the lock, so nobody else is building)
-{ findmnt -rn -o TARGET | grep "^$CACHE/rootfs-" || true; } | sort -r | xargs -r umount -l
-rm -rf "$CACHE"/rootfs-* "$CACHE"/engine-images.tar.tmp
+SELF=$(readlink -f "${BASH_SOURCE[0]}")
+if [ "${1:-}" = --run-step ]; then  # one step (see step): STATUS_FILE FUNC ARGS...
+	STATUS_FILE=$2; shift 2
+	"$@"
+	exit 0
+fi
 
+exec 9>"$CACHE/.prepare.lock"
+flock 9   # one prepare at a time (parallel helpers, CI steps)
+
+leftovers() {  # of an interrupted build, or a /proc a chroot's process kept busy (we hold the lock: nobody else builds)
+	{ findmnt -rn -o TARGET | grep "^$CACHE/rootfs-" || true; } | sort -r | xargs -r umount -l
+	rm -rf "$CACHE"/rootfs-* "$CACHE"/engine-images.tar.tmp
+}
+leftovers
+
+# What a command needs (the demo needs less than the test suite):
+#   all   (default) everything below
+#   demo  the trixie-docker image, the NVIDIA doubles' repo and the engine doubles (make demo)
+# Independent builds run side by side (debootstrap waits on the mirror most of the time): bookworm then the engine
+# doubles built on it; trixie then trixie-docker; the NVIDIA repo and the router wheels.
+WHAT=${1:-all}
+case $WHAT in all|demo) ;; *) echo "usage: $0 [all|demo]" >&2; exit 2 ;; esac
 RC=0
 step "host packages" host_packages || RC=1
 step "docker engine" docker_engine || RC=1
-step "image $IMAGE_REPO:bookworm" ensure_base bookworm || RC=1
-step "image $IMAGE_REPO:trixie" ensure_base trixie || RC=1
-step "image $IMAGE_REPO:trixie-docker" ensure_docker_variant || RC=1
-step "nvidia doubles apt repo" nvidia_repo || RC=1
-step "engine double images" engine_images || RC=1
-step "router wheels" router_wheels || RC=1
+if [ $RC = 0 ]; then
+	pids=()
+	{ step "image $IMAGE_REPO:bookworm" ensure_base bookworm && step "engine double images" engine_images; } & pids+=($!)
+	{ step "image $IMAGE_REPO:trixie" ensure_base trixie && step "image $IMAGE_REPO:trixie-docker" ensure_docker_variant; } & pids+=($!)
+	{ step "nvidia doubles apt repo" nvidia_repo && if [ "$WHAT" = all ]; then step "router wheels" router_wheels; fi; } & pids+=($!)
+	for p in "${pids[@]}"; do wait "$p" || RC=1; done
+fi
+leftovers
 
-echo "== kimi test harness $([ $RC = 0 ] && echo ready || echo 'NOT ready') in $(since "$T0") s (cache: $CACHE)"
-printf '   %s\n' "${SUMMARY[@]}"
+echo "== kimi test harness $([ $RC = 0 ] && echo ready || echo 'NOT ready') ($WHAT) in $(since "$T0") s (cache: $CACHE)"
+sed 's/^/   /' "$SUMMARY_FILE"
+rm -f "$SUMMARY_FILE"
 exit $RC
