@@ -69,8 +69,11 @@ up() {
 	identity "$@"
 
 	say "preparing this machine (Docker engine, offline test images, doubles): tests/harness/prepare.sh"
-	tests/harness/prepare.sh >"$KIMI_DEMO_DIR/prepare.log" 2>&1 ||
-		{ tail -n 30 "$KIMI_DEMO_DIR/prepare.log"; say "prepare.sh failed (log: $KIMI_DEMO_DIR/prepare.log)"; exit 1; }
+	# each step's start and end on the terminal, everything in the log
+	if ! tests/harness/prepare.sh demo 2>&1 | tee "$KIMI_DEMO_DIR/prepare.log" |
+		{ grep --line-buffered -E '^(\[prepare|== )' || true; }; then
+		tail -n 30 "$KIMI_DEMO_DIR/prepare.log"; say "prepare.sh failed (log: $KIMI_DEMO_DIR/prepare.log)"; exit 1
+	fi
 
 	if [ ! -s "$KIMI_DEMO_KEY_FILE" ]; then
 		(umask 077 && python3 -c 'import secrets; print("kimi-demo-" + secrets.token_urlsafe(32))' >"$KIMI_DEMO_KEY_FILE")
