@@ -393,6 +393,24 @@ def test_sglang_without_tool_parser_returns_raw_markup(start):
     assert not msg["tool_calls"] and "<|tool_call_begin|>functions.get_weather:0" in msg["content"]
 
 
+@pytest.mark.parametrize("engine,tool,reasoning", [("sglang", "qwen3_coder", "gpt-oss"), ("vllm", "hermes", "mistral"),
+                                                   ("sglang", "kimi_k2", "mistral"), ("vllm", "llama3_json", "kimi_k2")])
+def test_another_models_parser_leaves_kimis_markup_in_the_content(start, engine, tool, reasoning):
+    """A parser name the engine accepts but that reads another model's format parses nothing of Kimi's output."""
+    line = list(SGLANG_LINE if engine == "sglang" else VLLM_LINE)
+    line[line.index("--tool-call-parser") + 1] = tool
+    line[line.index("--reasoning-parser") + 1] = reasoning
+    msg = start(engine, line=line).post(chat(tools=[WEATHER_TOOL]))[1]["choices"][0]["message"]
+    if tool == "kimi_k2":
+        assert msg["tool_calls"] and msg["tool_calls"][0]["function"]["name"] == "get_weather"
+    else:
+        assert not msg["tool_calls"] and "<|tool_call_begin|>functions.get_weather:0" in msg["content"]
+    if reasoning == "kimi_k2":
+        assert msg.get("reasoning_content") and "<think>" not in (msg["content"] or "")
+    else:
+        assert not msg.get("reasoning_content") and "<think>" in msg["content"]
+
+
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_broken_tools_switch(start, engine):
     status, body = start(engine, env={"KIMI_DOUBLE_BROKEN_TOOLS": "1"}).post(chat(tools=[WEATHER_TOOL]))

@@ -27,6 +27,18 @@ NVFP4_MOE_AUTO = "FLASHINFER_CUTLASS"  # what auto picks on sm_120 (TRTLLM and C
 MARLIN_FP4_WARNING = ("Your GPU does not have native support for FP4 computation but FP4 quantization is being used. "
                       "Weight-only FP4 compression will be used leveraging the Marlin kernel. This may degrade "
                       "performance for compute-heavy workloads.")
+# The parsers that read Kimi-K2.6's output. Any other name the engine accepts (its flag list refuses unknown ones)
+# parses another model's format: Kimi's tool-call tokens and think block are left in the content, as the real engines
+# leave them. SGLang's `auto` picks the parser from the model.
+KIMI_TOOL_PARSERS = {"kimi_k2"}
+KIMI_REASONING_PARSERS = {"kimi", "kimi_k2", "kimi_k25", "deepseek_r1", "deepseek-r1", "qwen3"}  # <think>...</think>
+
+
+def reads_kimi(engine, parser, names):
+    """Whether a parser named `parser` on `engine` reads Kimi's output (False without one)."""
+    return bool(parser) and (parser in names or (engine.startswith("sglang") and parser == "auto"))
+
+
 AUTO_TOOL_ERROR = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
 
 
@@ -443,7 +455,7 @@ class EngineDouble:
             wanted = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
             tool = next((t for t in tools if (t.get("function") or {}).get("name") == wanted), tools[0])
             tool_call = _tool_call(tool)
-            parsed = (bool(parser) or (self.engine == "vllm" and named)) and \
+            parsed = (reads_kimi(self.engine, parser, KIMI_TOOL_PARSERS) or (self.engine == "vllm" and named)) and \
                 self.env.get("KIMI_DOUBLE_BROKEN_TOOLS") != "1"
             if not parsed:  # the model's raw tool-call tokens end up as text, like an engine without a parser
                 answer, tool_call = _kimi_tool_markup(tool_call), None
@@ -466,7 +478,8 @@ class EngineDouble:
         if isinstance(budget, int) and budget < len(r_words) + len(a_words) + (8 if tool_call else 0):
             r_words, a_words = r_words[:budget], a_words[:max(0, budget - len(r_words))]
             reasoning, answer, tool_call, finish = " ".join(r_words), " ".join(a_words), None, "length"
-        if not self.args.get("reasoning_parser") and reasoning:  # no parser: the think block stays in content
+        # no parser, or another model's: the think block stays in content
+        if reasoning and not reads_kimi(self.engine, self.args.get("reasoning_parser"), KIMI_REASONING_PARSERS):
             answer, reasoning = "<think>%s</think>%s" % (reasoning, answer), ""
         completion = len(r_words) + len(a_words) + (8 if tool_call else 0)
         usage = {"prompt_tokens": len(prompt.split()) + 256 * len(colours), "completion_tokens": completion}
