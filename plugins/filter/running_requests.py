@@ -17,6 +17,8 @@ description:
   - "Requests waiting in the queue count too (C(vllm:num_requests_waiting), C(sglang:num_queue_reqs)): they are in
     flight for the client."
   - Used by caddy_proxy's drain to wait until a host has nothing in flight before it is switched.
+  - "No gauge in the text (metrics off, another program on the port) gives C(None), not 0: an engine that does not
+    say how many requests it runs is not known to be idle."
 options:
   _input:
     description: The text of C(GET /metrics).
@@ -37,7 +39,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: The number of requests running or queued (0 when no gauge is there).
+  description: The number of requests running or queued; C(None) when the text has none of the gauges.
   type: int
 """
 
@@ -52,11 +54,11 @@ LINE_RE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(?P<v
 
 def running_requests(text):
     if text is None:
-        return 0
+        return None
     if not isinstance(text, str):
         raise AnsibleFilterError("kimi.deploy.running_requests: input must be the /metrics text, got %s"
                                  % type(text).__name__)
-    total = 0.0
+    total, seen = 0.0, False
     for line in text.splitlines():
         match = LINE_RE.match(line.strip())
         if match and match.group("name") in GAUGES:
@@ -64,7 +66,8 @@ def running_requests(text):
                 total += float(match.group("value"))
             except ValueError:
                 continue
-    return int(round(total))
+            seen = True
+    return int(round(total)) if seen else None
 
 
 class FilterModule(object):

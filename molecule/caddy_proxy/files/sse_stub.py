@@ -1,10 +1,14 @@
 """A slow-generating engine for one test: streams 6 SSE events 0.5 s apart on 127.0.0.1:30000, and records in
 /run/kimi-sse-stub.log how many events each stream sent and whether the client went away mid-stream (the
-engine must see a disconnect, so that it stops generating)."""
+engine must see a disconnect, so that it stops generating). /metrics says how many streams run, in SGLang's gauge,
+so that a drain has something to wait for."""
 import http.server
+import threading
 import time
 
 EVENTS = 6
+RUNNING = [0]
+LOCK = threading.Lock()
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -12,6 +16,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         body = b'{"status":"ok"}'
+        if self.path == "/metrics":
+            body = (b"# TYPE sglang:num_running_reqs gauge\n"
+                    b'sglang:num_running_reqs{model_name="kimi-k2.6"} %d.0\n' % RUNNING[0])
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -24,6 +31,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         sent, outcome = 0, "complete"
+        with LOCK:
+            RUNNING[0] += 1
         try:
             for i in range(EVENTS + 1):
                 data = b"data: [DONE]\n\n" if i == EVENTS else b'data: {"i": %d}\n\n' % i
@@ -35,6 +44,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
             outcome = "client gone"
+        finally:
+            with LOCK:
+                RUNNING[0] -= 1
         with open("/run/kimi-sse-stub.log", "a") as log:
             log.write("%s after %d events\n" % (outcome, sent))
 

@@ -118,7 +118,10 @@ def test_running_requests_sums_the_engines_running_and_queued_gauges():
     assert running_requests(vllm) == 4
     assert running_requests('sglang:num_running_reqs{model_name="kimi-k2.6",tp_rank="0"} 0.0\n'
                             'sglang:num_queue_reqs{model_name="kimi-k2.6",tp_rank="0"} 0.0\n') == 0
-    assert running_requests("") == 0 and running_requests(None) == 0
+    # no gauge is not "idle": the drain must not take it for nothing in flight
+    assert running_requests("") is None and running_requests(None) is None
+    assert running_requests('{"status": "ok"}') is None
+    assert running_requests("process_open_fds 12\n") is None
     with pytest.raises(AnsibleFilterError, match="must be the /metrics text"):
         running_requests(["not", "text"])
 
