@@ -17,14 +17,15 @@ help:  ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
 # Two stamps: the demo's few packages (requirements-demo.txt), and the whole test toolchain on top of them.
+# --no-compile: the `ansible` package ships ~40k Python files, most never imported; Python compiles what it imports.
 $(BIN)/.stamp-demo: requirements-demo.txt
 	@test -n "$(PYTHON)" || { echo "Python 3.12 not found: set PYTHON=/path/to/python3.12" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -r requirements-demo.txt
+	$(BIN)/pip install -q --no-compile --disable-pip-version-check -r requirements-demo.txt
 	touch $@
 
 $(BIN)/.stamp: $(BIN)/.stamp-demo requirements-dev.txt
-	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/pip install -q --no-compile --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
 $(COLLECTION_LINK):
