@@ -121,8 +121,8 @@ bench-fleet: setup  ## Fleet weights: N hosts from the hub vs with peers, and a 
 bench-switch: setup  ## Switch window, stop to first answer, shards cold vs warm in the page cache (engine double)
 	$(BIN)/python bench/switch_window.py $(ARGS)
 
-bench-converge: setup  ## Converge benchmark: first vs no-op site.yml run, 1 host vs 4 (harness hosts; ~8 min)
-	$(BIN)/python bench/converge.py $(ARGS)
+bench-converge: setup  ## Converge benchmark: first, no-op and switch runs of site.yml, 1 host vs a fleet (HOSTS=8; ARGS=--only 1)
+	$(BIN)/python bench/converge.py --hosts $(or $(HOSTS),8) $(ARGS)
 
 clean:  ## Remove the virtualenv, the collection link and build output
 	rm -rf $(VENV) .collections build
