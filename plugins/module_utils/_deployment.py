@@ -34,7 +34,7 @@ from ansible_collections.kimi.deploy.plugins.module_utils._fit import (
 from ansible_collections.kimi.deploy.plugins.module_utils._pd import for_instance, resolve_pd
 from ansible_collections.kimi.deploy.plugins.module_utils._speculative import resolve_speculative
 from ansible_collections.kimi.deploy.plugins.module_utils._inputs import (
-    DeploymentError, check_choice, check_int, check_text, fail, is_unset, var)
+    VARIABLES, DeploymentError, check_choice, check_int, check_no_control, check_text, fail, is_unset, var)
 from ansible_collections.kimi.deploy.plugins.module_utils._validate import ValueRuleError, check_revision
 
 # A replica over several hosts: the engines' own rendezvous (SGLang --dist-init-addr, vLLM --master-addr/port) on the
@@ -397,6 +397,15 @@ def resolve(inputs, gpus=None, require_revision=True):
         inputs = {}
     if not isinstance(inputs, dict):
         raise DeploymentError("deployment inputs must be a dict, got %s" % type(inputs).__name__)
+    for field, value in inputs.items():  # where the inputs enter: no control character in any string, nested too
+        if field == "pd" and isinstance(value, dict):  # the disaggregated inputs: each part names its own variable
+            for part, item in value.items():
+                check_no_control("pd_%s" % part if "pd_%s" % part in VARIABLES else "pd_members", item)
+        elif field == "revisions" and isinstance(value, dict):  # {quant: sha}: kimi_<quant>_revision each
+            for quant, item in value.items():
+                check_no_control("kimi_%s_revision" % quant, item)
+        else:
+            check_no_control(field, value)
     quant = "auto" if is_unset(inputs.get("quant")) else str(inputs["quant"]).strip().lower()
     engine = "auto" if is_unset(inputs.get("engine")) else str(inputs["engine"]).strip().lower()
     _check_identity(quant, engine)

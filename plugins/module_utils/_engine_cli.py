@@ -16,7 +16,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.kimi.deploy.plugins.module_utils._inputs import fail, var
+from ansible_collections.kimi.deploy.plugins.module_utils._inputs import check_no_control, fail, var
 from ansible_collections.kimi.deploy.plugins.module_utils._validate import full_match
 
 NEGATIVE_NUMBER_RE = re.compile(r"-\d+|-\d*\.\d+")  # argparse reads these as values, not options
@@ -84,6 +84,7 @@ def check_extra(table, label, managed, extra, field="extra_args"):
     extra = [] if extra is None or extra == "" else extra
     if isinstance(extra, str) or not isinstance(extra, (list, tuple)) or not all(isinstance(a, str) for a in extra):
         fail(field, extra, ["a list of strings, e.g. ['--max-running-requests', '64']"])
+    check_no_control(field, list(extra))
     index = option_index(table)
     elements = [element.strip() for element in extra]
     argv = []

@@ -1,6 +1,7 @@
 """kimi_serve's launcher and argument files, rendered for every identity from the deployment model and run with
 stand-ins for docker and nvidia-smi on PATH: the container gets exactly the image and the argv of the deployment,
 and a hand-edited env file that disagrees with the prepared arguments is refused."""
+import json
 import os
 import stat
 import subprocess
@@ -19,6 +20,7 @@ def render(name, **context):
     # As ansible.builtin.template renders: trim_blocks on, the trailing newline kept.
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True, trim_blocks=True,
                              undefined=jinja2.StrictUndefined)
+    env.filters["to_json"] = json.dumps  # Ansible's to_json: json.dumps with its keyword arguments
     return env.get_template(name).render(ansible_managed="Managed by test", **context)
 
 
@@ -45,7 +47,8 @@ def prepare(tmp_path, deployment, busy=""):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     docker = bin_dir / "docker"
-    docker.write_text('#!/bin/sh\n[ "$1" = run ] && printf "%%s\\n" "$@" > %s/docker-run.argv\nexit 0\n' % tmp_path)
+    # NUL-separated: an argument with a newline inside stays one argument
+    docker.write_text('#!/bin/bash\n[ "$1" = run ] && printf "%%s\\0" "$@" > %s/docker-run.argv\nexit 0\n' % tmp_path)
     smi = bin_dir / "nvidia-smi"
     smi.write_text("#!/bin/sh\n[ -f %s/busy ] && cat %s/busy\nexit 0\n" % (tmp_path, tmp_path))
     for tool in (docker, smi):
@@ -59,13 +62,17 @@ def run(launcher, env):
     return subprocess.run([str(launcher)], env=env, capture_output=True, text=True, timeout=60, check=False)
 
 
+def docker_argv(tmp_path):
+    return (tmp_path / "docker-run.argv").read_bytes().decode().split("\0")[:-1]  # bytes: no newline translation
+
+
 @pytest.mark.parametrize("quant, engine", [("int4", "sglang"), ("int4", "vllm"), ("nvfp4", "vllm")])
 def test_the_container_gets_exactly_the_deployments_image_and_argv(tmp_path, quant, engine):
     deployment = dm.resolve({"quant": quant, "engine": engine}, [], require_revision=False)
     launcher, env = prepare(tmp_path, deployment)
     proc = run(launcher, env)
     assert proc.returncode == 0, proc.stderr
-    argv = (tmp_path / "docker-run.argv").read_text().splitlines()
+    argv = docker_argv(tmp_path)
     image_at = argv.index(deployment["image"])
     assert argv[image_at + 1:] == deployment["argv"]
     options = argv[:image_at]
@@ -75,6 +82,34 @@ def test_the_container_gets_exactly_the_deployments_image_and_argv(tmp_path, qua
     assert options[options.index("--device") + 1] == "nvidia.com/gpu=all"
     assert "%s/hub:/root/.cache/huggingface/hub:ro" % env["HF_HOME"] in options
     assert "HF_HUB_OFFLINE=1" in options and "memlock=-1:-1" in options
+
+
+HOSTILE = ["64\n--host=0.0.0.0", "64\r--host=0.0.0.0", "a\u2028--port=9", "$(reboot)", "`id`", "it's \"quoted\"",
+           "tab\there", "back\\slash", "\u00e9t\u00e9", "# not a comment", "--host=0.0.0.0 --port=1", "*", "~"]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_no_value_can_change_the_engines_argv_even_past_validation(tmp_path, value):
+    """The carrier alone: an argument the validation would refuse, written into the deployment behind its back, still
+    reaches the container as one argument, byte for byte; nothing is split off it or expanded."""
+    deployment = dm.resolve({"quant": "int4", "engine": "sglang"}, [], require_revision=False)
+    deployment = dict(deployment, argv=deployment["argv"] + ["--max-running-requests", value])
+    launcher, env = prepare(tmp_path, deployment)
+    proc = run(launcher, env)
+    assert proc.returncode == 0, proc.stderr
+    argv = docker_argv(tmp_path)
+    assert argv[argv.index(deployment["image"]) + 1:] == deployment["argv"]
+    assert "--host=0.0.0.0" not in argv and argv.count("--host") == deployment["argv"].count("--host") == 1
+
+
+def test_an_args_file_that_is_not_json_lines_is_refused(tmp_path):
+    deployment = dm.resolve({"quant": "int4", "engine": "sglang"}, [], require_revision=False)
+    launcher, env = prepare(tmp_path, deployment)
+    args_file = tmp_path / "etc" / "int4-sglang.args"
+    args_file.write_text(args_file.read_text() + "--host=0.0.0.0\n")  # a hand edit in the old one-per-line form
+    proc = run(launcher, env)
+    assert proc.returncode == 1 and "is not one JSON string per line" in proc.stderr
+    assert not (tmp_path / "docker-run.argv").exists()
 
 
 def test_a_half_edited_env_file_is_refused(tmp_path):
@@ -119,7 +154,7 @@ def test_infiniband_without_its_devices_is_refused_naming_the_fix(tmp_path):
     assert not (tmp_path / "docker-run.argv").exists()
     env["INFINIBAND"] = "0"  # sockets only: no RDMA device asked for
     assert run(launcher, env).returncode == 0
-    assert "/dev/infiniband" not in (tmp_path / "docker-run.argv").read_text()
+    assert "/dev/infiniband" not in " ".join(docker_argv(tmp_path))
 
 
 def ascend(tmp_path, deployment, processes=""):
@@ -144,7 +179,7 @@ def test_an_ascend_container_gets_the_npus_devices_mounts_and_its_own_shm(tmp_pa
     launcher, env, devices = ascend(tmp_path, deployment)
     proc = run(launcher, env)
     assert proc.returncode == 0, proc.stderr
-    argv = (tmp_path / "docker-run.argv").read_text().splitlines()
+    argv = docker_argv(tmp_path)
     image_at = argv.index(deployment["image"])
     assert argv[image_at + 1:] == deployment["argv"]
     options = argv[:image_at]

@@ -225,7 +225,7 @@ def test_auto_without_gpus_is_refused():
     ("0123456789ABCDEF0123456789ABCDEF01234567", r"kimi_int4_revision='0123456789ABCDEF.*must be written in lower case"
                                                  r".*use 0123456789abcdef0123456789abcdef01234567"),
     (SHA[:39], "not a 40-hex"),
-    (SHA + "\n", r"kimi_int4_revision='0123.*\\n' is not a 40-hex"),  # full match: no snapshots/<sha>\n folder
+    (SHA + "\n", r"kimi_int4_revision='0123.*\\n' is not allowed: the value holds a newline at character 40"),
 ])
 def test_revision_must_be_a_pinned_sha(revision, message):
     with pytest.raises(dm.DeploymentError, match=message):
