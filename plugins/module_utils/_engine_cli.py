@@ -19,6 +19,20 @@ import re
 from ansible_collections.kimi.deploy.plugins.module_utils._inputs import check_no_control, fail, var
 from ansible_collections.kimi.deploy.plugins.module_utils._validate import full_match
 
+# Options that carry a credential (the engines' and routers' flag lists: vLLM --api-key/--hf-token, SGLang
+# --api-key/--admin-api-key/--ssl-keyfile-password, sglang-router --api-key/--control-plane-api-keys/--oracle-password,
+# vllm-router --api-key): a value there would be in the process's argv (`ps`), the args file and the plan. Refused in
+# every spelling, naming what holds that secret instead.
+SECRET_DESTS = {
+    "api_key": "clients authenticate at Caddy with their own keys (caddy_proxy_clients); the engine and the router "
+               "listen on loopback only",
+    "admin_api_key": "the admin endpoints stay on loopback, behind Caddy",
+    "hf_token": "the Hugging Face token is kimi_weights_hf_token (the weights stage downloads; the engine reads the "
+                "local cache offline)",
+    "ssl_keyfile_password": "Caddy terminates TLS (caddy_proxy); the engine serves plain HTTP on loopback",
+    "control_plane_api_keys": "the router's control plane is not exposed; Caddy fronts the router",
+    "oracle_password": "the router's history backend is not used by kimi.deploy",
+}
 NEGATIVE_NUMBER_RE = re.compile(r"-\d+|-\d*\.\d+")  # argparse reads these as values, not options
 OPTION_RE = re.compile(r"(-[^=\s]*)(?:(=)|\s+)?(.*)", re.S)  # option, then "=value" or " value" (one string)
 
@@ -97,6 +111,10 @@ def check_extra(table, label, managed, extra, field="extra_args"):
                  "(give options as '--flag', '--flag=value', '--flag value' or '--flag', 'value')")
         name, equals, rest = OPTION_RE.match(spelling).groups()
         dest, values, implied, refusal = _option(table, index, label, name, spelling, field)
+        if dest in SECRET_DESTS:  # never echo the value: it is a secret
+            fail(field, "%s%s" % (name, "=<redacted>" if equals or rest.strip() else ""), None,
+                 "%s carries a credential, which would be readable in the process list, the args file and the plan; "
+                 "%s" % (name, SECRET_DESTS[dest]))
         if dest in managed:  # the managed-flag rule: by dest, so every spelling of a managed flag
             arg = managed[dest]
             instead = ("use %s instead" % var(arg.field)) if arg.field else "the collection fixes it for Kimi-K2.6"

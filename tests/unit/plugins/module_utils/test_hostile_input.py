@@ -1,0 +1,79 @@
+"""Hostile and careless input (issue 35): every string that becomes an argument, a unit line, a YAML value or a line
+of a file is refused with a control character in it, naming its variable and the element; options that carry a
+credential are refused in the extra arguments without echoing the secret."""
+import pytest
+
+from ansible_collections.kimi.deploy.plugins.module_utils import _deployment as dm
+
+# Each control character the rule names: C0 (newline, CR, tab, NUL, ESC), DEL, C1 (NEL, CSI) and U+2028/U+2029.
+CONTROLS = ["\n", "\r", "\t", "\x00", "\x1b", "\x7f", "\x85", "\x9b", "\u2028", "\u2029"]
+BASE = {"quant": "int4", "engine": "sglang"}
+
+
+def bad(value, char):
+    return value[:2] + char + value[2:]
+
+
+# (inputs with one string made hostile by `char`, the variable the refusal names)
+STRING_INPUTS = [
+    (lambda c: {"quant": bad("int4", c)}, "quant"),
+    (lambda c: {"engine": bad("sglang", c)}, "engine"),
+    (lambda c: dict(BASE, engine_version=bad("0.5.12.post1", c)), "kimi_engine_version"),
+    (lambda c: dict(BASE, kv_cache_dtype=bad("fp8_e4m3", c)), "kimi_kv_cache_dtype"),
+    (lambda c: dict(BASE, served_model_name=bad("kimi-k2.6", c)), "kimi_served_model_name"),
+    (lambda c: dict(BASE, image=bad("lmsysorg/sglang:v0.5.12.post1-cu130", c)), "kimi_engine_image"),
+    (lambda c: dict(BASE, host=bad("127.0.0.1", c)), "kimi_engine_host"),
+    (lambda c: dict(BASE, head_address=bad("10.0.0.1", c)), "kimi_replica_head_address"),
+    (lambda c: dict(BASE, extra_args=["--max-running-requests", "64" + c + "--host=0.0.0.0"]),
+     "kimi_engine_extra_args"),
+    (lambda c: dict(BASE, extra_args=["--max-running-requests=64" + c]), "kimi_engine_extra_args"),
+    (lambda c: {"quant": "int4", "engine": "vllm", "extra_args": ["--max-num-seqs", "64" + c + "--port=9"]},
+     "kimi_engine_extra_args"),
+    (lambda c: {"quant": "nvfp4", "engine": "trtllm", "engine_options": {"max_batch_size": "6" + c + "4"}},
+     "kimi_trtllm_options"),
+    (lambda c: {"quant": "nvfp4", "engine": "trtllm", "engine_options": {"kv_cache_config": {"dtype" + c: "fp8"}}},
+     "kimi_trtllm_options"),
+    (lambda c: dict(BASE, revisions={"int4": "0" * 39 + c}), "kimi_int4_revision"),
+    (lambda c: dict(BASE, speculative="eagle3", speculative_draft=bad("AQ-MedAI/Kimi-K26-eagle3", c)),
+     "kimi_speculative_draft"),
+    (lambda c: dict(BASE, speculative="eagle3", speculative_draft_revision="a" * 39 + c),
+     "kimi_speculative_draft_revision"),
+    (lambda c: dict(BASE, pd={"plan": "1P1D", "router_extra_args": ["--policy", "random" + c + "--port 9"]}),
+     "kimi_pd_router_extra_args"),
+]
+
+
+@pytest.mark.parametrize("char", CONTROLS, ids=lambda c: "U+%04X" % ord(c))
+@pytest.mark.parametrize("make, variable", STRING_INPUTS, ids=[v for _, v in STRING_INPUTS])
+def test_a_control_character_in_any_string_input_is_refused_naming_the_variable(make, variable, char):
+    with pytest.raises(dm.DeploymentError) as refused:
+        dm.resolve(make(char), [], require_revision=False)
+    message = str(refused.value)
+    assert message.startswith(variable + "="), message
+    assert "is not allowed" in message and "no control character may be" in message
+
+
+@pytest.mark.parametrize("engine, args, option", [
+    ("vllm", ["--api-key=sk-live-123"], "--api-key"),
+    ("vllm", ["--api-key", "sk-live-123"], "--api-key"),
+    ("vllm", ["--api_key sk-live-123"], "--api_key"),
+    ("vllm", ["--hf-token", "hf_live_123"], "--hf-token"),
+    ("sglang", ["--api-key", "sk-live-123"], "--api-key"),
+    ("sglang", ["--admin-api-key=sk-live-123"], "--admin-api-key"),
+    ("sglang", ["--ssl-keyfile-password", "sk-live-123"], "--ssl-keyfile-password"),
+])
+def test_an_option_that_carries_a_credential_is_refused_without_echoing_it(engine, args, option):
+    with pytest.raises(dm.DeploymentError) as refused:
+        dm.resolve({"quant": "int4", "engine": engine, "extra_args": args}, [], require_revision=False)
+    message = str(refused.value)
+    assert message.startswith("kimi_engine_extra_args=") and "carries a credential" in message
+    assert option in message and "live_123" not in message and "live-123" not in message
+
+
+@pytest.mark.parametrize("args", [["--api-key=sk-live-123"], ["--control-plane-api-keys", "sk-live-123"]])
+def test_the_routers_credential_options_are_refused_too(args):
+    with pytest.raises(dm.DeploymentError) as refused:
+        dm.resolve(dict(BASE, pd={"plan": "1P1D", "router_extra_args": args}), [], require_revision=False)
+    message = str(refused.value)
+    assert message.startswith("kimi_pd_router_extra_args=") and "carries a credential" in message
+    assert "live-123" not in message
