@@ -111,10 +111,6 @@ def check_extra(table, label, managed, extra, field="extra_args"):
                  "(give options as '--flag', '--flag=value', '--flag value' or '--flag', 'value')")
         name, equals, rest = OPTION_RE.match(spelling).groups()
         dest, values, implied, refusal = _option(table, index, label, name, spelling, field)
-        if dest in SECRET_DESTS:  # never echo the value: it is a secret
-            fail(field, "%s%s" % (name, "=<redacted>" if equals or rest.strip() else ""), None,
-                 "%s carries a credential, which would be readable in the process list, the args file and the plan; "
-                 "%s" % (name, SECRET_DESTS[dest]))
         if dest in managed:  # the managed-flag rule: by dest, so every spelling of a managed flag
             arg = managed[dest]
             instead = ("use %s instead" % var(arg.field)) if arg.field else "the collection fixes it for Kimi-K2.6"
@@ -137,6 +133,10 @@ def check_extra(table, label, managed, extra, field="extra_args"):
             while position < len(elements) and len(given) < limit and _looks_like_value(elements[position]):
                 given.append(elements[position])
                 position += 1
+        if dest in SECRET_DESTS and (given or values in (1, "+")):  # a bare `--hf-token` (nargs ?) holds none
+            fail(field, "%s%s" % (name, "=<redacted>" if given else ""), None,  # never echo the value
+                 "%s carries a credential, which would be readable in the process list, the args file and the plan; "
+                 "%s" % (name, SECRET_DESTS[dest]))
         if not given and values in (1, "+"):
             fail(field, spelling, None, "%s needs a value, e.g. '%s=VALUE' or '%s', 'VALUE'"
                  % (name, name, name))
