@@ -10,11 +10,17 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import shlex
 
 # The site stages in order, each with the tag that selects it (site.yml).
 STAGES = ("preflight", "nvidia_host", "weights", "image", "serve", "metrics", "proxy", "bench")
 # Stages that are off unless asked for (kimi_metrics false, no kimi_bench_min_ratio): left out of the line then.
 OPTIONAL_STAGES = ("metrics", "bench")
+
+
+def shell_line(argv):
+    """A command as one shell-quoted line that pastes and runs: shlex.split of it gives argv back."""
+    return shlex.join(str(a) for a in argv)
 
 
 def plan_lines(d):
@@ -96,11 +102,11 @@ def _replica_lines(d):
     """The command; for a replica over several hosts, one per member (rank 0, the head, serves the API)."""
     nodes = d.get("nodes", 1)
     if nodes <= 1:
-        return ["command: " + " ".join(d["command"])]
+        return ["command: " + shell_line(d["command"])]
     lines = ["replica: %d hosts meeting at %s:%s, %s; host 0 (the head) serves the API and Caddy runs there"
              % (nodes, d["head_address"], d["dist_port"], _layout(d))]
     for rank, command in enumerate(d["member_commands"]):
-        lines.append("command on host %d%s: %s" % (rank, " (head)" if rank == 0 else "", " ".join(command)))
+        lines.append("command on host %d%s: %s" % (rank, " (head)" if rank == 0 else "", shell_line(command)))
     return lines
 
 
@@ -121,13 +127,13 @@ def _pd_lines(d):
     for instance in pd["instances"]:
         lines.append("command of %s instance %s%s: %s" % (instance["role"], instance["head"], (
             " (hosts %s)" % ", ".join(instance["hosts"])) if len(instance["hosts"]) > 1 else "",
-            " ".join(instance["command"])))
+            shell_line(instance["command"])))
         if instance.get("engine_config") is not None:
             lines.extend(line for line in _config_lines(dict(d, engine_config=instance["engine_config"]))[1:])
     lines.append("router on %s: %s %s (%s), Caddy in front of it at %s, Prometheus text at %s" % (
         router["host"], router["title"], router["version"], "the pinned wheel in a virtualenv" if router["install"] ==
         "venv" else "from the engine image", router["url"], router["metrics_url"]))
-    lines.append("command of the router: " + " ".join(router["command"]))
+    lines.append("command of the router: " + shell_line(router["command"]))
     if router.get("config"):
         lines.append("router config %s: %s" % (router["config_path"], json.dumps(router["config"], sort_keys=True)))
     return lines
@@ -248,7 +254,7 @@ def site_summary(d, host, gpus=None, serve=None, proxy=None, weights=None, marks
     if d["serves_api"]:
         lines.append("engine: %s on the host (%s)" % (d["local_url"], d["memory_flag"] + " " + str(d["mem_fraction"])))
     if check_mode:
-        lines.append("command: " + " ".join(d["command"]))
+        lines.append("command: " + shell_line(d["command"]))
         changed = list(serve.get("changed_files") or []) + list(proxy.get("changed_files") or [])
         lines.append("would change: " + (", ".join(changed) if changed else "no file (converged)"))
     else:

@@ -246,14 +246,17 @@ def test_site_preflight_refuses_api_keys_given_as_a_string(tmp_path):
 def test_plan_for_one_8_x_h100_says_it_fits_as_a_2_host_replica_and_prints_the_two_host_plan():
     h100 = "@" + os.path.join(ROOT, "tests", "fixtures", "gpus", "h100-x8.json")
     rc, out = playbook("playbooks/plan.yml", "-e", h100)
-    assert rc == 0, out
+    assert rc == 2, out  # printed, then refused: a script can gate on the plan
     assert "Does not fit alone; fits as a 2-host replica of such hosts" in out
+    assert "kimi.deploy: the deployment does not fit" in out
     rc, out = playbook("playbooks/plan.yml", "-e", h100, "-e", "kimi_replica_plan_hosts=2")
     assert rc == 0, out
     assert "hardware: 2 hosts of 8 x NVIDIA H100 80GB HBM3" in out and "fits=True" in out
     assert "replica: 2 hosts meeting at head.replica.example:29500, tensor parallel 8 x pipeline parallel 2" in out
-    assert "--nnodes 2 --node-rank 0 --master-addr head.replica.example --master-port 29500'" in out
-    assert "--nnodes 2 --node-rank 1 --master-addr head.replica.example --master-port 29500 --headless'" in out
+    # each command ends there (the next word is not another option of it)
+    assert re.search(r"--nnodes 2 --node-rank 0 --master-addr head.replica.example --master-port 29500 (?!-)", out)
+    assert re.search(r"--nnodes 2 --node-rank 1 --master-addr head.replica.example --master-port 29500 --headless (?!-)",
+                     out)
 
 
 def replica_inventory(tmp_path, hosts):

@@ -77,3 +77,17 @@ def test_the_routers_credential_options_are_refused_too(args):
     message = str(refused.value)
     assert message.startswith("kimi_pd_router_extra_args=") and "carries a credential" in message
     assert "live-123" not in message
+
+
+@pytest.mark.parametrize("inputs", [
+    {"quant": "int4", "engine": "sglang"},
+    {"quant": "int4", "engine": "vllm", "extra_args": ["--max-num-seqs", "64", "--override-generation-config",
+                                                         '{"temperature": 0.6}']},
+    {"quant": "nvfp4", "engine": "trtllm"},
+])
+def test_the_plans_command_pastes_into_a_shell_and_gives_the_argv_back(inputs):
+    import shlex
+    from ansible_collections.kimi.deploy.plugins.module_utils._report import plan_lines
+    deployment = dm.resolve(inputs, [], require_revision=False)
+    line = next(x for x in plan_lines(deployment) if x.startswith("command: "))
+    assert shlex.split(line[len("command: "):]) == [str(a) for a in deployment["command"]]
