@@ -35,7 +35,6 @@ REQUIRED_PROFILES = ["b200-x8", "h100-x1", "h100-x4", "h200-x8", "none", "rtx-pr
 CDI_KEY_ORDER = ["cdiVersion", "kind", "devices", "containerEdits"]
 
 
-
 def profile_path(name):
     return os.path.join(PROFILES, name + ".json")
 
