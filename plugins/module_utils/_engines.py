@@ -174,6 +174,48 @@ def _check_config_keys(schema, choices, managed_keys, given, prefix, owner):
         elif dotted in choices and value is not None and str(value) not in choices[dotted]:
             fail("engine_options", {dotted: value}, choices[dotted], "%s of %s takes one of its listed values"
                  % (dotted, owner))
+        else:
+            expected = _type_problem(schema[key], value)
+            # a size or a maximum declared as a plain int: a count, 1 or more (pydantic would take -1 and the engine
+            # fail at start-up)
+            if not expected and "int" in schema[key].lower() and isinstance(value, int) and value < 1 \
+                    and (str(key).startswith("max_") or str(key).endswith("_size")):
+                expected = "a count of 1 or more"
+            if expected:
+                fail("engine_options", {dotted: value}, [expected], "%s of %s is %s (%s), got %s %r"
+                     % (dotted, owner, expected, schema[key], type(value).__name__, value))
+
+
+# The LLM-API field types (the schema's leaves, as pydantic declares them) the check knows: value -> accepted.
+_SCALAR_TYPES = {
+    "bool": ("a boolean (true or false, not a string)", lambda v: isinstance(v, bool)),
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "PositiveInt": ("an integer above 0", lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0),
+    "NonNegativeInt": ("an integer of 0 or more", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+    "float": ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+    "NonNegativeFloat": ("a number of 0 or more",
+                         lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0),
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "List[int]": ("a list of integers",
+                  lambda v: isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in v)),
+}
+
+
+def _type_problem(type_text, value):
+    """What a field of this declared type takes, when `value` is not that; None when it fits or the type is one the
+    check does not know (a union, a config class: the engine's own validation reads those)."""
+    optional = type_text.startswith("Optional[") and type_text.endswith("]")
+    inner = type_text[len("Optional["):-1] if optional else type_text
+    if value is None:
+        return None if optional else None if inner not in _SCALAR_TYPES else "%s (not null)" % _SCALAR_TYPES[inner][0]
+    if inner.startswith("Literal["):
+        return None if isinstance(value, str) else "one of %s" % inner[len("Literal["):-1]
+    if inner.startswith("Dict["):
+        return None if isinstance(value, dict) else "a mapping"
+    known = _SCALAR_TYPES.get(inner)
+    if known and not known[1](value):
+        return known[0]
+    return None
 
 
 def engine_config(engine, version, deployment_fields, user_options):

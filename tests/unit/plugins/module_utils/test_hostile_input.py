@@ -91,3 +91,28 @@ def test_the_plans_command_pastes_into_a_shell_and_gives_the_argv_back(inputs):
     deployment = dm.resolve(inputs, [], require_revision=False)
     line = next(x for x in plan_lines(deployment) if x.startswith("command: "))
     assert shlex.split(line[len("command: "):]) == [str(a) for a in deployment["command"]]
+
+
+@pytest.mark.parametrize("options, expected", [
+    ({"max_batch_size": "lots"}, "an integer"),
+    ({"max_batch_size": -1}, "a count of 1 or more"),
+    ({"max_batch_size": True}, "an integer"),
+    ({"enable_attention_dp": "false"}, "a boolean"),  # a string "false" would be read as true by the fit
+    ({"enable_attention_dp": 0}, "a boolean"),
+    ({"max_num_tokens": 8.5}, "an integer"),
+    ({"cuda_graph_config": {"batch_sizes": [1, "2"]}}, "a list of integers"),
+])
+def test_trtllm_options_are_checked_by_the_schemas_type(options, expected):
+    with pytest.raises(dm.DeploymentError) as refused:
+        dm.resolve({"quant": "nvfp4", "engine": "trtllm", "engine_options": options}, [], require_revision=False)
+    message = str(refused.value)
+    assert message.startswith("kimi_trtllm_options=") and expected in message, message
+
+
+@pytest.mark.parametrize("options", [{"max_batch_size": 64}, {"enable_attention_dp": True},
+                                     {"cuda_graph_config": {"batch_sizes": [1, 2, 4]}}])
+def test_trtllm_options_of_the_right_type_are_written(options):
+    deployment = dm.resolve({"quant": "nvfp4", "engine": "trtllm", "engine_options": options}, [],
+                            require_revision=False)
+    key, value = next(iter(options.items()))
+    assert deployment["engine_config"][key] == value
