@@ -295,6 +295,7 @@ def _check_replica(engine, inputs, summary, reasons):
         reasons.append("%s: no accelerator facts, assuming the %d-%s reference host."
                        % ("Ascend" if ascend else "tensor parallel 8", assumed, "NPU" if ascend else "GPU"))
     count = summary["count"] if summary else assumed
+    tp_given = tp is not None  # a refusal names the variable the user set, not the one derived from it
     tp, pp, dp, layout_why = replica_layout(engine, count, nodes, tp, pp)
     if layout_why:
         reasons.append(layout_why)
@@ -303,6 +304,11 @@ def _check_replica(engine, inputs, summary, reasons):
     if summary and tp * pp * dp > count * nodes:
         if nodes == 1 and pp == 1 and dp == 1:
             fail("tp", tp, ["1..%d (GPUs found)" % count], "more ranks than GPUs")
+        if not tp_given and pp > 1:
+            fail("pp", pp, ["pp up to %d with tensor parallel %d on %d host(s) x %d accelerators" % (
+                max(1, count * nodes // (tp * dp)), tp, nodes, count)],
+                "more ranks than accelerators (tensor parallel %d, the default, x pipeline parallel %d x data parallel"
+                " %d); set kimi_tensor_parallel too, or fewer pipeline stages" % (tp, pp, dp))
         fail("tp", tp, ["tp x pp x dp up to %d (accelerators in the replica: %d host(s) x %d)" % (
             count * nodes, nodes, count)], "more ranks than accelerators (pp %d, dp %d)" % (pp, dp))
     if summary and nodes > 1 and tp * pp * dp != count * nodes:

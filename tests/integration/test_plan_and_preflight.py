@@ -364,3 +364,9 @@ def test_make_plan_prints_each_role_and_the_router_of_a_1p1d_deployment():
     assert "command of the router: python3 -m sglang_router.launch_router --pd-disaggregation --prefill " \
            "http://10.0.1.11:30000 8998 --decode http://10.0.2.11:30000 --host 127.0.0.1 --port 30080" in out
     assert "router on decode-1: sglang-router 0.3.2 (the pinned wheel in a virtualenv)" in out
+
+
+def test_plan_names_kimi_replica_plan_hosts_for_a_bad_hosts_count():
+    rc, out = playbook("playbooks/plan.yml", "-e", RTX, "-e", "kimi_replica_plan_hosts=0")
+    assert rc != 0
+    assert "kimi.deploy: kimi_replica_plan_hosts=0 is not allowed" in out and "from 1 to 16" in out, out

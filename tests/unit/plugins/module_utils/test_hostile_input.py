@@ -116,3 +116,15 @@ def test_trtllm_options_of_the_right_type_are_written(options):
                             require_revision=False)
     key, value = next(iter(options.items()))
     assert deployment["engine_config"][key] == value
+
+
+def test_a_pipeline_too_deep_for_the_default_tensor_parallel_names_kimi_pipeline_parallel():
+    import json
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+    with open(os.path.join(root, "tests", "fixtures", "gpus", "rtx-pro-6000-x8.json")) as f:
+        gpus = json.load(f)["kimi_gpus"]
+    with pytest.raises(dm.DeploymentError, match=r"^kimi_pipeline_parallel=2 is not allowed: .*set kimi_tensor_parallel"):
+        dm.resolve({"quant": "int4", "engine": "sglang", "pp": 2}, gpus, require_revision=False)
+    with pytest.raises(dm.DeploymentError, match=r"^kimi_tensor_parallel=8 is not allowed"):  # both set: tp named
+        dm.resolve({"quant": "int4", "engine": "sglang", "pp": 2, "tp": 8}, gpus, require_revision=False)
