@@ -370,3 +370,20 @@ def test_plan_names_kimi_replica_plan_hosts_for_a_bad_hosts_count():
     rc, out = playbook("playbooks/plan.yml", "-e", RTX, "-e", "kimi_replica_plan_hosts=0")
     assert rc != 0
     assert "kimi.deploy: kimi_replica_plan_hosts=0 is not allowed" in out and "from 1 to 16" in out, out
+
+
+def test_a_refusal_is_one_clean_line_first():
+    """The deployment's refusal comes from an action with a clean message: its first line names the variable, with no
+    filter-exception preamble before it."""
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               PATH=BIN + os.pathsep + os.environ["PATH"])
+    proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), "playbooks/plan.yml", "-e", RTX, "-e",
+                           '{"quant": "int4", "engine": "vllm", "kimi_engine_extra_args": ["--max-num-seqs", '
+                           '"64\\n--host=0.0.0.0"]}'], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    first = next(line for line in out.splitlines() if "kimi_engine_extra_args" in line)
+    assert re.search(r"^(\[ERROR\]: Task failed: Action failed: )?kimi\.deploy: kimi_engine_extra_args='64\\n--host=0\.0\.0\.0'"
+                     r" is not allowed: element 1 holds a newline", first), first
+    assert "Finalization of task args" not in out and "filter plugin" not in out
