@@ -44,7 +44,7 @@ STRING_INPUTS = [
 
 
 @pytest.mark.parametrize("char", CONTROLS, ids=lambda c: "U+%04X" % ord(c))
-@pytest.mark.parametrize("make, variable", STRING_INPUTS, ids=[v for _, v in STRING_INPUTS])
+@pytest.mark.parametrize("make, variable", STRING_INPUTS, ids=[row[1] for row in STRING_INPUTS])
 def test_a_control_character_in_any_string_input_is_refused_naming_the_variable(make, variable, char):
     with pytest.raises(dm.DeploymentError) as refused:
         dm.resolve(make(char), [], require_revision=False)
@@ -81,8 +81,8 @@ def test_the_routers_credential_options_are_refused_too(args):
 
 @pytest.mark.parametrize("inputs", [
     {"quant": "int4", "engine": "sglang"},
-    {"quant": "int4", "engine": "vllm", "extra_args": ["--max-num-seqs", "64", "--override-generation-config",
-                                                         '{"temperature": 0.6}']},
+    {"quant": "int4", "engine": "vllm",
+     "extra_args": ["--max-num-seqs", "64", "--override-generation-config", '{"temperature": 0.6}']},
     {"quant": "nvfp4", "engine": "trtllm"},
 ])
 def test_the_plans_command_pastes_into_a_shell_and_gives_the_argv_back(inputs):
