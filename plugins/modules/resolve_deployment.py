@@ -14,8 +14,8 @@ short_description: Resolve the Kimi-K2.6 deployment, or refuse it in one line
 description:
   - The same resolution as the P(kimi.deploy.deployment#filter) filter (the deployment model's one validator), as a
     task. It returns the deployment as RV(deployment); a C(set_fact) of it makes C(kimi_deployment).
-  - A bad input fails the task with one clean line, C(kimi.deploy: <variable>=<value> is not allowed: <reason>.
-    Allowed values: <...>), printed once and first, instead of a filter exception inside C(set_fact).
+  - "A bad input fails the task with one clean line, C(kimi.deploy: <variable>=<value> is not allowed: <reason>.
+    Allowed values: <...>), printed first, instead of a filter exception inside C(set_fact)."
   - This is an action plugin; it runs on the controller and changes nothing.
 version_added: 0.3.0
 author: kimi.deploy maintainers (@kimi-deploy)
