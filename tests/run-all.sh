@@ -87,36 +87,17 @@ build_and_install() {  # the built tarball installs, its plugins load and its pl
 }
 
 install prepare tests/harness/prepare.sh
-# The static checks run beside the installs and pytest (they share no file); their output is printed after pytest's.
-static_checks() {
-  rows=() passed=0 failed=0
-  run yamllint yamllint --strict .
-  run ansible-lint ansible-lint --profile production
-  run changelog bash -c 'antsibull-changelog lint && antsibull-changelog lint-changelog-yaml changelogs/changelog.yaml'
-  run sanity tests/sanity.sh
-  run build-install build_and_install
-  printf '%s\n' "${rows[@]}" >"$out/static.rows"
-  echo "$passed $failed" >"$out/static.counts"
-}
-rm -f "$out/static.rows" "$out/static.counts"
-static_checks >"$out/static.log" 2>&1 &
-static_pid=$!
+run yamllint yamllint --strict .
+run ansible-lint ansible-lint --profile production
+run changelog bash -c 'antsibull-changelog lint && antsibull-changelog lint-changelog-yaml changelogs/changelog.yaml'
+run sanity tests/sanity.sh
+run build-install build_and_install
 # The benchmark client (aiperf in .venv-bench): tests/integration/test_serve_bench.py and make demo-bench run it.
 install bench-client make --no-print-directory bench-client
 install router-client make --no-print-directory router-client
 # The documentation toolchain (.venv-docs): tests/integration/test_docs_site.py builds the site with it.
 install docs-venv make --no-print-directory docs-venv
 suite pytest "$out/pytest.xml" pytest -q -p no:cacheprovider --junitxml="$out/pytest.xml" tests/unit tests/integration
-wait "$static_pid"
-echo "=== static checks (ran beside pytest; log: $out/static.log)"
-cat "$out/static.log"
-if [ -s "$out/static.counts" ]; then
-  read -r sp sf <"$out/static.counts"
-  passed=$((passed + sp)); failed=$((failed + sf))
-  mapfile -t -O "${#rows[@]}" rows <"$out/static.rows"
-else
-  failed=$((failed + 1)); rows+=("$(printf '%-22s %6s   %s' static-checks - 'FAILED (no result)')")
-fi
 
 # make demo end to end (the README's first command) on its own demo host: completion through Caddy, 401, idempotence,
 # the --check --diff plan, a switch, NVFP4 stopping at the image stage, demo-clean.
