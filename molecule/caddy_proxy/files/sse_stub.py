@@ -1,8 +1,9 @@
-"""A slow-generating engine for one test: streams 6 SSE events 0.5 s apart on 127.0.0.1:30000, and records in
+"""A slow-generating engine for one test: streams 6 SSE events 0.5 s apart (or the request's "delay") on 127.0.0.1:30000, and records in
 /run/kimi-sse-stub.log how many events each stream sent and whether the client went away mid-stream (the
 engine must see a disconnect, so that it stops generating). /metrics says how many streams run, in SGLang's gauge,
 so that a drain has something to wait for."""
 import http.server
+import json
 import threading
 import time
 
@@ -25,7 +26,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            delay = float(json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                          .get("delay", 0.5))
+        except (ValueError, AttributeError):
+            delay = 0.5
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -40,7 +45,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.flush()
                 sent += 1
                 if i < EVENTS:
-                    time.sleep(0.5)
+                    time.sleep(delay)
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
             outcome = "client gone"
