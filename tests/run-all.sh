@@ -12,16 +12,19 @@ passed=0 failed=0 skipped=0
 : >"$out/skipped.txt"
 declare -a rows=()
 
-run() {  # run NAME COMMAND...: one check, counted as one result
-  local name=$1 start=$SECONDS rc
-  shift
+timed() {  # timed KIND NAME COMMAND...: one step, timed; KIND check counts as one result, setup only when it fails
+  local kind=$1 name=$2 start=$SECONDS rc
+  shift 2
   echo "=== $name: $*"
   "$@"
   rc=$?
-  rows+=("$(printf '%-22s %6ss  %s' "$name" $((SECONDS - start)) "$([ $rc = 0 ] && echo ok || echo "FAILED (rc=$rc)")")")
-  if [ $rc = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+  rows+=("$(printf '%-22s %6ss  %s' "$name" $((SECONDS - start)) "$([ $rc != 0 ] && echo "FAILED (rc=$rc)" ||
+    { [ "$kind" = setup ] && echo "ok (setup, not counted)" || echo ok; })")")
+  if [ $rc != 0 ]; then failed=$((failed + 1)); elif [ "$kind" = check ]; then passed=$((passed + 1)); fi
   return $rc
 }
+run() { timed check "$@"; }      # run NAME COMMAND...: a check
+install() { timed setup "$@"; }  # install NAME COMMAND...: a setup step (prepare, a client virtualenv)
 
 count_junit() {  # add a junit file's cases to the totals; its skipped cases, with their reasons, to $out/skipped.txt
   local counts
@@ -44,17 +47,6 @@ PY
 )
   read -r p f k <<<"$counts"
   passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + k))
-}
-
-install() {  # install NAME COMMAND...: a setup step, timed; not a check (it counts only when it fails)
-  local name=$1 start=$SECONDS rc
-  shift
-  echo "=== $name: $*"
-  "$@"
-  rc=$?
-  rows+=("$(printf '%-22s %6ss  %s' "$name" $((SECONDS - start)) "$([ $rc = 0 ] && echo "ok (setup, not counted)" || echo "FAILED (rc=$rc)")")")
-  if [ $rc != 0 ]; then failed=$((failed + 1)); fi
-  return $rc
 }
 
 suite() {  # suite NAME JUNIT COMMAND...: a runner whose cases are counted from its junit file
