@@ -53,7 +53,7 @@ bench-client: .venv-bench/.stamp  ## The benchmark client (aiperf, pinned in req
 .venv-bench/.stamp: requirements-bench.txt
 	@test -n "$(PYTHON)" || { echo "Python 3.12 not found: set PYTHON=/path/to/python3.12" >&2; exit 1; }
 	$(PYTHON) -m venv .venv-bench
-	.venv-bench/bin/pip install -q --disable-pip-version-check -r requirements-bench.txt
+	.venv-bench/bin/pip install -q --disable-pip-version-check --no-compile -r requirements-bench.txt
 	touch $@
 
 docs-venv: .venv-docs/.stamp  ## The documentation toolchain (antsibull-docs, Sphinx; pinned in requirements-docs.txt) in .venv-docs
@@ -61,7 +61,7 @@ docs-venv: .venv-docs/.stamp  ## The documentation toolchain (antsibull-docs, Sp
 .venv-docs/.stamp: requirements-docs.txt
 	@test -n "$(PYTHON)" || { echo "Python 3.12 not found: set PYTHON=/path/to/python3.12" >&2; exit 1; }
 	$(PYTHON) -m venv .venv-docs
-	.venv-docs/bin/pip install -q --disable-pip-version-check -r requirements-docs.txt
+	.venv-docs/bin/pip install -q --disable-pip-version-check --no-compile -r requirements-docs.txt
 	touch $@
 
 docs: setup docs-venv  ## The collection's documentation site (modules, filters, roles) with antsibull-docs into build/docs
@@ -79,7 +79,7 @@ router-client: .venv-router/.stamp  ## The PD routers (sglang-router, vllm-route
 .venv-router/.stamp: requirements-router.txt
 	@test -n "$(PYTHON)" || { echo "Python 3.12 not found: set PYTHON=/path/to/python3.12" >&2; exit 1; }
 	$(PYTHON) -m venv .venv-router
-	.venv-router/bin/pip install -q --disable-pip-version-check -r requirements-router.txt
+	.venv-router/bin/pip install -q --disable-pip-version-check --no-compile -r requirements-router.txt
 	touch $@
 
 demo-clean:  ## Remove everything make demo made (the host, its volumes, .demo/)

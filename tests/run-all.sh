@@ -12,19 +12,16 @@ passed=0 failed=0 skipped=0
 : >"$out/skipped.txt"
 declare -a rows=()
 
-timed() {  # timed KIND NAME COMMAND...: one step, timed; KIND check counts as one result, setup only when it fails
-  local kind=$1 name=$2 start=$SECONDS rc
-  shift 2
+run() {  # run NAME COMMAND...: one check, timed, counted as one result
+  local name=$1 start=$SECONDS rc
+  shift
   echo "=== $name: $*"
   "$@"
   rc=$?
-  rows+=("$(printf '%-22s %6ss  %s' "$name" $((SECONDS - start)) "$([ $rc != 0 ] && echo "FAILED (rc=$rc)" ||
-    { [ "$kind" = setup ] && echo "ok (setup, not counted)" || echo ok; })")")
-  if [ $rc != 0 ]; then failed=$((failed + 1)); elif [ "$kind" = check ]; then passed=$((passed + 1)); fi
+  rows+=("$(printf '%-22s %6ss  %s' "$name" $((SECONDS - start)) "$([ $rc != 0 ] && echo "FAILED (rc=$rc)" || echo ok)")")
+  if [ $rc != 0 ]; then failed=$((failed + 1)); else passed=$((passed + 1)); fi
   return $rc
 }
-run() { timed check "$@"; }      # run NAME COMMAND...: a check
-install() { timed setup "$@"; }  # install NAME COMMAND...: a setup step (prepare, a client virtualenv)
 
 count_junit() {  # add a junit file's cases to the totals; its skipped cases, with their reasons, to $out/skipped.txt
   local counts
@@ -78,18 +75,44 @@ build_and_install() {  # the built tarball installs, its plugins load and its pl
   return $rc
 }
 
-install prepare tests/harness/prepare.sh
+declare -a bg_names=()
+background() {  # background NAME COMMAND...: a setup step started now, beside the static checks; join collects it
+  local name=$1
+  shift
+  echo "=== $name (beside the static checks; log: build/test-results/setup-$name.log): $*"
+  (t=$SECONDS; "$@" >"$out/setup-$name.log" 2>&1; echo "$? $((SECONDS - t))" >"$out/setup-$name.rc") &
+  bg_names+=("$name")
+}
+join() {  # wait for the background setup steps: each gets its row; a failed one counts, with its log's tail
+  local name rc secs
+  wait
+  for name in "${bg_names[@]}"; do
+    read -r rc secs <"$out/setup-$name.rc" 2>/dev/null || { rc=1 secs=?; }
+    rows+=("$(printf '%-22s %6ss  %s' "$name" "$secs" "$([ "$rc" = 0 ] && echo "ok (setup beside the static checks, not counted)" || echo "FAILED (rc=$rc)")")")
+    if [ "$rc" != 0 ]; then
+      failed=$((failed + 1))
+      echo "=== $name FAILED (rc=$rc); the end of its log:"
+      tail -n 30 "$out/setup-$name.log"
+    fi
+  done
+}
+
+# What the static checks do not need is set up beside them: the test images (prepare.sh: debootstrap, docker builds)
+# and the client virtualenvs (mostly downloads): the benchmark client (aiperf in .venv-bench; the bench tests and the
+# e2e's bench gate), the PD routers (.venv-router) and the documentation toolchain (.venv-docs; the docs site test).
+rm -f "$out"/setup-*
+background prepare tests/harness/prepare.sh
+background clients bash -c 'make --no-print-directory bench-client && make --no-print-directory router-client &&
+  make --no-print-directory docs-venv'
 run yamllint yamllint --strict .
 run ansible-lint ansible-lint --profile production
 run changelog bash -c 'antsibull-changelog lint && antsibull-changelog lint-changelog-yaml changelogs/changelog.yaml'
 run sanity tests/sanity.sh
 run build-install build_and_install
-# The benchmark client (aiperf in .venv-bench): tests/integration/test_serve_bench.py and make demo-bench run it.
-install bench-client make --no-print-directory bench-client
-install router-client make --no-print-directory router-client
-# The documentation toolchain (.venv-docs): tests/integration/test_docs_site.py builds the site with it.
-install docs-venv make --no-print-directory docs-venv
-suite pytest "$out/pytest.xml" pytest -q -p no:cacheprovider --junitxml="$out/pytest.xml" tests/unit tests/integration
+join
+# Two workers (pytest-xdist): most cases run ansible-playbook, one process each; on two cores 7 min against 9 alone.
+suite pytest "$out/pytest.xml" pytest -q -p no:cacheprovider -n "${KIMI_PYTEST_WORKERS:-2}" --junitxml="$out/pytest.xml" \
+  tests/unit tests/integration
 
 # make demo end to end (the README's first command) on its own demo host: completion through Caddy, 401, idempotence,
 # the --check --diff plan, a switch, NVFP4 stopping at the image stage, demo-clean.
