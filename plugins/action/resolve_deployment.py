@@ -5,8 +5,33 @@
 
 from __future__ import annotations
 
+import os
+
+import yaml
 from ansible.plugins.action import ActionBase
+from ansible_collections.kimi.deploy.plugins.module_utils import _ports
 from ansible_collections.kimi.deploy.plugins.module_utils._deployment import DeploymentError, resolve
+
+ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
+
+
+def role_default(role, variable):
+    """A variable's default, from the role's defaults/main.yml (where it is declared)."""
+    with open(os.path.join(ROLES, role, "defaults", "main.yml")) as handle:
+        return (yaml.safe_load(handle) or {}).get(variable)
+
+
+def role_ports(values, groups):
+    """[(port, variable, what)] of the roles on this host: `values` are the variables' values where set (else None:
+    the role's default); a port of a group's role only on that group's hosts."""
+    uses = []
+    for variable, (role, what, group) in _ports.ROLE_PORTS.items():
+        if group and group not in groups:
+            continue
+        value = (values or {}).get(variable)
+        uses.append((_ports.role_port(variable, role_default(role, variable) if value in (None, "") else value),
+                     variable, what))
+    return uses
 
 
 class ActionModule(ActionBase):
@@ -23,6 +48,13 @@ class ActionModule(ActionBase):
         try:
             deployment = resolve(args.get("inputs"), args.get("gpus") or [],
                                  require_revision=bool(args.get("require_revision", True)))
+            # The roles' ports beside the deployment's, one table: no two users of one port on this host.
+            task_vars = task_vars or {}
+            values = {variable: self._templar.template(task_vars[variable])
+                      for variable in _ports.ROLE_PORTS if variable in task_vars}
+            uses = [(p["port"], p["variable"], p["what"]) for p in deployment["ports"]]
+            uses = _ports.check(uses + role_ports(values, task_vars.get("group_names", [])))
+            deployment["ports"] = [{"port": p, "variable": v, "what": w} for p, v, w in uses]
         except DeploymentError as refused:
             # One line, first: the refusal names the variable, the reason and the allowed values.
             return dict(result, failed=True, msg="kimi.deploy: %s" % refused)

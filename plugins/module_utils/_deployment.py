@@ -32,6 +32,7 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engines import option
 from ansible_collections.kimi.deploy.plugins.module_utils._fit import (
     MAX_NODES, MIN_KV_TOKENS, fit, replica_advice, replica_layout)
 from ansible_collections.kimi.deploy.plugins.module_utils._pd import for_instance, resolve_pd
+from ansible_collections.kimi.deploy.plugins.module_utils._ports import check as check_ports, deployment_ports
 from ansible_collections.kimi.deploy.plugins.module_utils._speculative import resolve_speculative
 from ansible_collections.kimi.deploy.plugins.module_utils._inputs import (
     VARIABLES, DeploymentError, check_choice, check_int, check_no_control, check_text, fail, is_unset, var)
@@ -601,6 +602,8 @@ def resolve(inputs, gpus=None, require_revision=True):
     # Where the clients' requests go on this host (Caddy's upstream): the router on a disaggregated deployment's
     # router host, else the engine.
     deployment["api_port"] = pd["router"]["port"] if pd and pd["router"]["is_here"] else port
+    # The ports this host opens for the deployment, one table (_ports); the roles' own are added by the action.
+    deployment["ports"] = [{"port": p, "variable": v, "what": w} for p, v, w in check_ports(deployment_ports(deployment))]
     deployment["api_url"] = pd["router"]["url"] if pd and pd["router"]["is_here"] else deployment["local_url"]
     deployment["engine_config"] = engine_config(key, version, deployment, user_options)
     deployment["engine_config_path"] = spec["config_path"] if deployment["engine_config"] is not None else None

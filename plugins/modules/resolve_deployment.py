@@ -16,6 +16,11 @@ description:
     task. It returns the deployment as RV(deployment); a C(set_fact) of it makes C(kimi_deployment).
   - "A bad input fails the task with one clean line, C(kimi.deploy: <variable>=<value> is not allowed: <reason>.
     Allowed values: <...>), printed first, instead of a filter exception inside C(set_fact)."
+  - "Every port the host will open is checked in one table: the deployment's (the engine, the replica's rendezvous
+    on its head, the PD bootstrap server and router) and the roles' (C(caddy_proxy_https_port),
+    C(kimi_weights_peer_port), C(kimi_metrics_node_exporter_port), C(kimi_metrics_accelerator_exporter_port), and
+    C(kimi_monitoring_listen_address) on a C(kimi_monitoring) host; unset, the role's default). Two users of one port
+    are refused, naming both."
   - This is an action plugin; it runs on the controller and changes nothing.
 version_added: 0.3.0
 author: kimi.deploy maintainers (@kimi-deploy)
@@ -70,7 +75,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 deployment:
-  description: The resolved deployment (what the P(kimi.deploy.deployment#filter) filter returns).
+  description:
+    - The resolved deployment (what the P(kimi.deploy.deployment#filter) filter returns).
+    - Its C(ports) lists every port this host opens, each with its C(port), C(variable) and C(what).
   returned: success
   type: dict
 """

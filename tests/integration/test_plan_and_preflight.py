@@ -68,11 +68,17 @@ def test_plan_recommends_from_gpus_when_not_told():
     (["-e", "quant=int4", "-e", "engine=sglang", "-e", "kimi_kv_cache_dtype=fp8"],
      "kimi_kv_cache_dtype='fp8' is not allowed"),
     ([], "needs GPU facts"),
+    # one port table: a role's port on the engine's (issue 35 item 5)
+    (["-e", "quant=int4", "-e", "engine=sglang", "-e", "caddy_proxy_https_port=30000"],
+     "kimi.deploy: caddy_proxy_https_port=30000 is not allowed: Caddy's HTTPS listener would listen on port 30000, "
+     "which the engine's API (kimi_engine_port) already uses"),
+    (["-e", "quant=int4", "-e", "engine=vllm", "-e", "kimi_weights_peer_port={{ 29999 + 1 }}"],
+     "kimi.deploy: kimi_weights_peer_port=30000 is not allowed"),
 ])
 def test_plan_refuses_bad_input_clearly(extra, message):
     rc, out = playbook("playbooks/plan.yml", *extra)
     assert rc != 0
-    assert message in out, out
+    assert message in " ".join(out.split()), out
 
 
 def test_make_plan_prints_the_speculative_flags_the_draft_and_the_fit():

@@ -128,3 +128,54 @@ def test_a_pipeline_too_deep_for_the_default_tensor_parallel_names_kimi_pipeline
         dm.resolve({"quant": "int4", "engine": "sglang", "pp": 2}, gpus, require_revision=False)
     with pytest.raises(dm.DeploymentError, match=r"^kimi_tensor_parallel=8 is not allowed"):  # both set: tp named
         dm.resolve({"quant": "int4", "engine": "sglang", "pp": 2, "tp": 8}, gpus, require_revision=False)
+
+
+# Ports (issue 35 item 5): every port of a host in one table, a collision refused naming both users.
+def test_the_engine_port_on_the_replicas_rendezvous_port_is_refused_naming_both():
+    inputs = {"quant": "int4", "engine": "sglang", "nodes": 2, "node_rank": 0, "head_address": "10.0.0.1",
+              "port": 29500}
+    with pytest.raises(dm.DeploymentError) as refused:
+        dm.resolve(inputs, [], require_revision=False)
+    message = str(refused.value)
+    assert message.startswith("kimi_replica_port=29500 is not allowed"), message
+    assert "the engine's API (kimi_engine_port) already uses" in message
+
+
+def test_a_worker_of_a_replica_does_not_open_the_rendezvous_port():
+    inputs = {"quant": "int4", "engine": "sglang", "nodes": 2, "node_rank": 1, "head_address": "10.0.0.1",
+              "port": 29500}
+    deployment = dm.resolve(inputs, [], require_revision=False)
+    assert [p["variable"] for p in deployment["ports"]] == ["kimi_engine_port"]
+
+
+def test_the_deployment_lists_its_ports():
+    deployment = dm.resolve({"quant": "int4", "engine": "sglang", "nodes": 2, "node_rank": 0,
+                             "head_address": "10.0.0.1"}, [], require_revision=False)
+    assert [(p["variable"], p["port"]) for p in deployment["ports"]] == [
+        ("kimi_engine_port", deployment["port"]), ("kimi_replica_port", deployment["dist_port"])]
+
+
+@pytest.mark.parametrize("variable, value, port", [
+    ("caddy_proxy_https_port", 30000, 30000),
+    ("kimi_weights_peer_port", "30000", 30000),
+    ("kimi_metrics_node_exporter_port", 30000, 30000),
+    ("kimi_monitoring_listen_address", "127.0.0.1:30000", 30000),
+])
+def test_a_role_port_on_the_engine_port_is_refused_naming_both(variable, value, port):
+    from ansible_collections.kimi.deploy.plugins.module_utils import _ports
+    uses = [(30000, "kimi_engine_port", "the engine's API"),
+            (_ports.role_port(variable, value), variable, _ports.ROLE_PORTS[variable][1])]
+    with pytest.raises(dm.DeploymentError) as refused:
+        _ports.check(uses)
+    message = str(refused.value)
+    assert message.startswith("%s=%d is not allowed" % (variable, port)), message
+    assert "(kimi_engine_port) already uses" in message
+
+
+def test_a_role_port_that_is_not_a_port_is_refused_naming_it():
+    from ansible_collections.kimi.deploy.plugins.module_utils import _ports
+    for variable, value in (("caddy_proxy_https_port", "https"), ("kimi_monitoring_listen_address", "9090"),
+                            ("kimi_metrics_node_exporter_port", 70000)):
+        with pytest.raises(dm.DeploymentError) as refused:
+            _ports.role_port(variable, value)
+        assert str(refused.value).startswith(variable + "="), str(refused.value)

@@ -1,0 +1,65 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Every port the collection opens on a host, in one table; two users of one port are refused naming both.
+
+The deployment's own ports come from the resolved deployment (the engine, the replica's rendezvous on its head, the
+PD bootstrap server and the PD router); the roles' ports are role variables whose defaults live in the roles'
+defaults/main.yml (ROLE_PORTS names the role; the resolve_deployment action reads the default from there).
+Private to kimi.deploy.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kimi.deploy.plugins.module_utils._inputs import check_int, fail
+
+# variable: (the role whose defaults/main.yml declares it, what listens there, the group its hosts are in or None)
+ROLE_PORTS = {
+    "caddy_proxy_https_port": ("caddy_proxy", "Caddy's HTTPS listener", None),
+    "kimi_weights_peer_port": ("kimi_weights", "the fleet's weights peer cache (Caddy)", None),
+    "kimi_metrics_node_exporter_port": ("kimi_metrics", "the node exporter", None),
+    "kimi_metrics_accelerator_exporter_port": ("kimi_metrics", "the accelerator exporter", None),
+    # host:port; Prometheus runs on the kimi_monitoring hosts only
+    "kimi_monitoring_listen_address": ("kimi_monitoring", "Prometheus", "kimi_monitoring"),
+}
+
+
+def role_port(variable, value):
+    """The port of a role variable's value (an integer, or host:port for a listen address), checked."""
+    if variable.endswith("_address"):
+        text = str(value)
+        if ":" not in text:
+            fail(variable, value, ["host:port, e.g. 127.0.0.1:9090"])
+        value = text.rsplit(":", 1)[1]
+    return check_int(variable, value, 1, 65535)
+
+
+def deployment_ports(deployment):
+    """[(port, variable, what)] the resolved deployment opens on this host."""
+    uses = [(deployment["port"], "kimi_engine_port", "the engine's API")]
+    if deployment.get("nodes", 1) > 1 and deployment.get("node_rank", 0) == 0:
+        uses.append((deployment["dist_port"], "kimi_replica_port", "the replica's rendezvous on its head"))
+    pd = deployment.get("pd")
+    if pd:
+        if pd.get("bootstrap_port"):
+            uses.append((pd["bootstrap_port"], "kimi_pd_bootstrap_port", "the PD bootstrap server"))
+        router = pd.get("router") or {}
+        if router.get("is_here"):
+            uses.append((router["port"], "kimi_pd_router_port", "the PD router"))
+            if router.get("metrics") == "own-port":
+                uses.append((router["metrics_port"], "kimi_pd_router_metrics_port", "the PD router's metrics"))
+    return uses
+
+
+def check(uses):
+    """Refuse two users of one port: [(port, variable, what)] in table order, the later one named as the variable."""
+    taken = {}
+    for port, variable, what in uses:
+        if port in taken and taken[port][0] != variable:
+            other, other_what = taken[port]
+            fail(variable, port, ["a port that no other service of this host uses"],
+                 "%s would listen on port %d, which %s (%s) already uses" % (what, port, other_what, other))
+        taken.setdefault(port, (variable, what))
+    return uses
