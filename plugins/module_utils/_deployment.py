@@ -345,17 +345,23 @@ def _context(engine, quant, inputs, kv, mem, verdict, summary, warnings):
             "%s=%d is larger than the estimated KV cache (%d tokens with %s=%s, %s=%s on %d x %d MiB): vLLM "
             "refuses to start ('larger than the available KV cache memory'). Lower the context length, use "
             "kv_cache_dtype fp8, or raise %s." % values)
-    if not strict and kv_tokens is not None and ctx > kv_tokens and KV_ELEMENT[kv] == "bf16":
+    # The other engines start anyway (SGLang's default is the model's 262144): say so whatever the KV element.
+    if not strict and kv_tokens is not None and ctx > kv_tokens:
         fp8 = [k for k in ENGINES[engine]["quants"][quant]["kv_menu"] if KV_ELEMENT[k] == "fp8"]
         warnings.append("context %d exceeds the estimated KV pool (%d tokens): one request that long would not fit%s."
                         % (ctx, kv_tokens, "; an fp8 KV cache (%s=%s) doubles the pool" % (var("kv_cache_dtype"), fp8[0])
-                           if fp8 else ""))
+                           if fp8 and KV_ELEMENT[kv] == "bf16" else "; lower %s or raise %s" % (
+                               var("context_length"), var("mem_fraction"))))
     return ctx
 
 
 def _served_model_name(spec, version, quant, given, warnings):
     """The model id clients send: kimi_served_model_name (default kimi-k2.6), or, for an engine version without a
     served-name option (trtllm-serve), the model argument itself, the checkpoint's repo id."""
+    if isinstance(given, str) and given.strip().lower() == "auto":  # not a name, and not silently the default either
+        fail("served_model_name", given, ["1-128 characters of letters, digits and . _ : / -", "unset"],
+             "auto is not a model name clients could send; leave kimi_served_model_name unset for %s"
+             % DEFAULT_SERVED_MODEL_NAME)
     name = check_text("served_model_name", given, NAME_RE, ["1-128 characters of letters, digits and . _ : / -"],
                       DEFAULT_SERVED_MODEL_NAME)
     if any(arg.field == "served_model_name" for arg in spec["args"]):

@@ -157,7 +157,8 @@ def resolve_speculative(inputs, engine_spec, version, options, quant, deployment
     method = "none" if is_unset(method) or method is False else str(method).strip().lower()
     check_choice("speculative", method, METHODS)
     if method == "none":
-        for field in ("speculative_draft", "speculative_tokens", "speculative_topk", "speculative_draft_tokens"):
+        for field in ("speculative_draft", "speculative_draft_revision", "speculative_tokens", "speculative_topk",
+                      "speculative_draft_tokens"):
             if not is_unset(inputs.get(field)):
                 fail(field, inputs[field], ["unset"], "kimi_speculative is none")
         return None
@@ -178,9 +179,11 @@ def resolve_speculative(inputs, engine_spec, version, options, quant, deployment
     draft = None
     if method in DRAFT_METHODS:
         draft = _check_draft(method, inputs, engine_spec, require_revision, warnings)
-    elif not is_unset(inputs.get("speculative_draft")):
-        fail("speculative_draft", inputs["speculative_draft"], ["unset"], "the n-gram method drafts from the prompt "
-             "itself and loads no model")
+    else:  # the draft and its revision alike: the n-gram method has neither
+        for field in ("speculative_draft", "speculative_draft_revision"):
+            if not is_unset(inputs.get(field)):
+                fail(field, inputs[field], ["unset"], "the n-gram method drafts from the prompt itself and loads no "
+                     "model")
     tokens, topk, draft_tokens = _knobs(method, spec["form"], inputs, DRAFTS.get(draft["repo_id"]) if draft else None,
                                         engine_spec)
     result = {

@@ -179,3 +179,27 @@ def test_a_role_port_that_is_not_a_port_is_refused_naming_it():
         with pytest.raises(dm.DeploymentError) as refused:
             _ports.role_port(variable, value)
         assert str(refused.value).startswith(variable + "="), str(refused.value)
+
+
+def test_a_served_model_name_of_auto_is_refused_not_silently_the_default():
+    with pytest.raises(dm.DeploymentError) as refused:
+        dm.resolve(dict(BASE, served_model_name="auto"), [], require_revision=False)
+    assert str(refused.value).startswith("kimi_served_model_name='auto' is not allowed"), str(refused.value)
+    assert "leave kimi_served_model_name unset for kimi-k2.6" in str(refused.value)
+    assert dm.resolve(dict(BASE), [], require_revision=False)["served_model_name"] == "kimi-k2.6"
+
+
+def test_sglangs_default_context_above_its_kv_estimate_is_warned_about():
+    """8 x RTX PRO 6000 with SGLang and an fp8 KV cache: the default 262144 is above the pool's estimate; SGLang starts
+    anyway, so the plan warns (it only did for a bf16 cache)."""
+    import json
+    import os
+    fixture = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "gpus", "rtx-pro-6000-x8.json")
+    with open(fixture) as handle:
+        gpus = json.load(handle)["kimi_gpus"]
+    deployment = dm.resolve(dict(BASE), gpus, require_revision=False)
+    assert deployment["kv_cache_dtype"] == "fp8_e4m3"
+    assert deployment["context_length"] > deployment["hardware"]["kv_tokens_estimate"]
+    assert any(w.startswith("context 262144 exceeds the estimated KV pool (%d tokens)"
+                            % deployment["hardware"]["kv_tokens_estimate"]) and "lower kimi_context_length" in w
+               for w in deployment["warnings"]), deployment["warnings"]

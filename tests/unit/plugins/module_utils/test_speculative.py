@@ -12,16 +12,16 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engine_cli import opt
 from ansible_collections.kimi.deploy.plugins.module_utils._engines import ENGINES, options
 from ansible_collections.kimi.deploy.plugins.module_utils._inputs import DeploymentError
 from ansible_collections.kimi.deploy.plugins.module_utils._report import plan_lines
-from ansible_collections.kimi.deploy.plugins.module_utils._speculative import acceptance, draft_mismatch
+from ansible_collections.kimi.deploy.plugins.module_utils._speculative import DRAFT_METHODS, acceptance, draft_mismatch
 from test_deployment import A3x16, B200x8, RTX8, SHA
 
 DRAFT_SHA = "b" * 40
 
 
 def resolve(gpus, quant, engine, **inputs):
-    inputs = dict({"quant": quant, "engine": engine, "revisions": {quant: SHA}, "speculative_draft_revision": DRAFT_SHA},
-                  **inputs)
-    return dm.resolve(inputs, gpus)
+    """A deployment with the draft pinned where the method loads one (n-gram and none refuse a draft revision)."""
+    pinned = {"speculative_draft_revision": DRAFT_SHA} if inputs.get("speculative") in DRAFT_METHODS else {}
+    return dm.resolve(dict({"quant": quant, "engine": engine, "revisions": {quant: SHA}}, **dict(pinned, **inputs)), gpus)
 
 
 def arg(argv, option):
@@ -203,3 +203,15 @@ def test_acceptance_from_each_engines_metrics():
     spec = resolve(RTX8, "int4", "sglang", speculative="eagle3")["speculative"]["metrics"]
     assert acceptance(sglang, spec) == {"accept_rate": 0.58, "mean_accepted_length": 2.75, "drafts": None}
     assert acceptance("sglang:num_running_reqs 0\n", spec) is None
+
+
+@pytest.mark.parametrize("method, why", [("none", "kimi_speculative is none"), ("ngram", "the n-gram method")])
+@pytest.mark.parametrize("field, variable", [("speculative_draft", "kimi_speculative_draft"),
+                                             ("speculative_draft_revision", "kimi_speculative_draft_revision")])
+def test_a_draft_setting_without_a_draft_method_is_refused_alike(method, why, field, variable):
+    """kimi_speculative_draft and kimi_speculative_draft_revision are refused alike where no draft is loaded (the
+    revision was silently ignored under ngram while the draft was refused under none)."""
+    value = DRAFT_SHA if field.endswith("revision") else "AQ-MedAI/Kimi-K26-eagle3"
+    with pytest.raises(dm.DeploymentError) as refused:
+        resolve(RTX8, "int4", "vllm", speculative=method, **{field: value})
+    assert str(refused.value).startswith(variable + "=") and why in str(refused.value), str(refused.value)
