@@ -120,6 +120,12 @@ LISTEN = {"venv": lambda r: ["--host", "127.0.0.1", "--port", str(r["port"]), "-
           "image": lambda r: []}
 
 
+# What a refusal of a managed router option in kimi_pd_router_extra_args names as its owner: the port variables, None
+# for the listen hosts (loopback, Caddy in front: fixed), else kimi_pd (the workers come from its hosts).
+OWNERS = {"--port": "pd_router_port", "--prometheus-port": "pd_router_metrics_port", "--host": None,
+          "--prometheus-host": None}
+
+
 def router_argv(name, pd, deployment, extra):
     """(argv after the router's entry point, its config file or None) for the router `name` of the disaggregated
     deployment `pd`; every option checked against the pinned router's list, kimi_pd_router_extra_args read as its
@@ -137,5 +143,5 @@ def router_argv(name, pd, deployment, extra):
                 raise DeploymentError("kimi_pd: %s, which the collection passes to the router, is not an option of %s "
                                       "(its flag list: plugins/module_utils/_flags_*); that version needs its own "
                                       "router data (plugins/module_utils/_routers.py)" % (element, label))
-            managed[index[element][0]] = Arg(element, "pd_router")  # check_extra names kimi_pd instead
+            managed[index[element][0]] = Arg(element, OWNERS.get(element, "pd_members"))
     return argv + check_extra(table, label, managed, extra, field="pd_router_extra_args"), config

@@ -203,3 +203,18 @@ def test_sglangs_default_context_above_its_kv_estimate_is_warned_about():
     assert any(w.startswith("context 262144 exceeds the estimated KV pool (%d tokens)"
                             % deployment["hardware"]["kv_tokens_estimate"]) and "lower kimi_context_length" in w
                for w in deployment["warnings"]), deployment["warnings"]
+
+
+@pytest.mark.parametrize("option, owner", [
+    ("--port", "use kimi_pd_router_port instead"),
+    ("--prometheus-port", "use kimi_pd_router_metrics_port instead"),
+    ("--host", "the collection fixes it"),  # loopback, Caddy in front: no variable moves it
+    ("--prefill", "use kimi_pd instead"),   # the workers are kimi_pd's hosts
+])
+def test_a_managed_router_option_names_the_variable_that_sets_it(option, owner):
+    """It said "use kimi_pd_router" (which only picks the router's host) for every one of them."""
+    with pytest.raises(dm.DeploymentError) as refused:
+        dm.resolve(dict(BASE, pd={"plan": "1P1D", "router_extra_args": [option, "9"]}), [], require_revision=False)
+    message = str(refused.value)
+    assert message.startswith("kimi_pd_router_extra_args='%s' is not allowed" % option) and owner in message, message
+    assert "kimi_pd_router instead" not in message
