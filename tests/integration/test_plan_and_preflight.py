@@ -393,3 +393,33 @@ def test_a_refusal_is_one_clean_line_first():
     assert re.search(r"^(\[ERROR\]: Task failed: Action failed: )?kimi\.deploy: kimi_engine_extra_args='64\\n--host=0\.0\.0\.0'"
                      r" is not allowed: element 1 holds a newline", first), first
     assert "Finalization of task args" not in out and "filter plugin" not in out
+
+
+def changed_bundle(tmp):
+    """A bundle written by bundle_manifest, then one of its files changed."""
+    bundle = tmp / "bundle"
+    (bundle / "images").mkdir(parents=True)
+    (bundle / "images" / "engine.tar").write_bytes(b"image")
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+    subprocess.run([os.path.join(BIN, "ansible"), "localhost", "-m", "kimi.deploy.bundle_manifest", "-a",
+                    "path=%s state=written record_dir=%s" % (bundle, tmp / "records")], cwd=ROOT, env=env,
+                   capture_output=True, check=True, timeout=120)
+    (bundle / "images" / "engine.tar").write_bytes(b"imagE")
+    return bundle
+
+
+@pytest.mark.parametrize("make, why", [
+    (lambda tmp: tmp / "missing", "is not a folder"),
+    (lambda tmp: (tmp / "empty").mkdir() or tmp / "empty", "has no manifest"),
+    (changed_bundle, "images/engine.tar changed (sha256"),
+], ids=["missing", "no-manifest", "changed-file"])
+def test_site_refuses_a_bad_bundle_naming_kimi_bundle_and_bundle_yml(tmp_path, make, why):
+    """A bad kimi_bundle said "path=... is not a folder" or "make it with state=written" (the module's terms)."""
+    inventory = local_inventory(tmp_path)
+    bundle = make(tmp_path)
+    rc, out = playbook("-i", str(inventory), "site.yml", "-e", RTX, "-e", "kimi_int4_revision=" + SHA,
+                       "-e", STRONG_KEY, "-e", "kimi_bundle=%s" % bundle)
+    assert rc != 0
+    assert "kimi.deploy: kimi_bundle=%s is not allowed" % bundle in out and why in out, out[-3000:]
+    assert "playbooks/bundle.yml" in out
+    assert "Turn the host into a GPU container host" not in out
