@@ -1,4 +1,5 @@
 """The plan playbook and site.yml's preflight, run through real ansible-playbook (no GPU host needed)."""
+import json
 import os
 import re
 import subprocess
@@ -423,3 +424,42 @@ def test_site_refuses_a_bad_bundle_naming_kimi_bundle_and_bundle_yml(tmp_path, m
     assert "kimi.deploy: kimi_bundle=%s is not allowed" % bundle in out and why in out, out[-3000:]
     assert "playbooks/bundle.yml" in out
     assert "Turn the host into a GPU container host" not in out
+
+
+# Every secret variable (the no_log options of the argument specs), each with a value no output may carry.
+SECRETS = {
+    "caddy_proxy_clients": [{"name": "team-a", "keys": ["secret-client-key-0123456789abcdefghijkl"]}],
+    "caddy_proxy_metrics_keys": ["secret-metrics-key-0123456789abcdefghij"],
+    "caddy_proxy_api_keys": ["secret-api-key-0123456789abcdefghijklmnop"],
+    "caddy_proxy_peer_key": "secret-peer-key-0123456789abcdefghijklmn",
+    "kimi_weights_hf_token": "hf_secretToken0123456789abcdefghijkl",
+    "kimi_weights_peer_key": "secret-weights-peer-key-0123456789abcdef",
+    "kimi_bench_api_key": "secret-bench-key-0123456789abcdefghijklm",
+}
+
+
+def secret_values():
+    for value in SECRETS.values():
+        for item in value if isinstance(value, list) else [value]:
+            yield from item["keys"] if isinstance(item, dict) else [item]
+
+
+def test_no_plan_or_preflight_output_carries_a_secret_value(tmp_path):
+    """The plan, and a site.yml run through its preflight to a failure (the hub unreachable, after the keys were
+    checked and the download planned with the token), print no secret variable's value."""
+    names = {spec_file: [line for line in open(os.path.join(ROOT, spec_file)) if "no_log: true" in line]
+             for spec_file in ("roles/caddy_proxy/meta/argument_specs.yml", "roles/kimi_weights/meta/argument_specs.yml",
+                               "playbooks/vars/site_argument_specs.yml")}
+    assert sum(len(lines) for lines in names.values()) == len(SECRETS)  # a new secret variable joins this table
+    rc, plan = playbook("playbooks/plan.yml", "-e", RTX, "-e", "quant=int4", "-e", "engine=sglang",
+                        "-e", json.dumps(SECRETS))
+    assert rc == 0, plan
+    inventory = local_inventory(tmp_path)
+    # caddy_proxy_api_keys is the deprecated form of caddy_proxy_clients: one or the other (the plan took both)
+    site_secrets = {name: value for name, value in SECRETS.items() if name != "caddy_proxy_api_keys"}
+    rc, site = playbook("-i", str(inventory), "site.yml", "-e", RTX, "-e", "kimi_int4_revision=" + SHA,
+                        "-e", json.dumps(site_secrets), "-e", "kimi_weights_endpoint=http://127.0.0.1:9",
+                        "-e", "kimi_weights_hf_home=%s" % (tmp_path / "hf"))
+    assert rc != 0 and "127.0.0.1:9" in site, site[-3000:]
+    for value in secret_values():
+        assert value not in plan and value not in site, value
