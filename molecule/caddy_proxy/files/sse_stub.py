@@ -1,7 +1,9 @@
-"""A slow-generating engine for one test: streams 6 SSE events 0.5 s apart (or the request's "delay") on 127.0.0.1:30000, and records in
-/run/kimi-sse-stub.log how many events each stream sent and whether the client went away mid-stream (the
-engine must see a disconnect, so that it stops generating). /metrics says how many streams run, in SGLang's gauge,
-so that a drain has something to wait for."""
+"""A slow-generating engine for one test: streams 6 SSE events 0.5 s apart (or the request's "delay") on
+127.0.0.1:30000, and records in /run/kimi-sse-stub.log how many events each stream sent and whether the client went
+away mid-stream (the engine must see a disconnect, so that it stops generating). /metrics says how many streams run, in
+SGLang's gauge, so that a drain has something to wait for. A request with "hold": true keeps its stream open after
+its events until Ansible (the drain's uri, user agent ansible-httpget) has read /metrics while it ran, at most 120 s:
+the drain must find it running however slow the machine is, and the stream ends only after that."""
 import http.server
 import json
 import threading
@@ -10,6 +12,7 @@ import time
 EVENTS = 6
 RUNNING = [0]
 LOCK = threading.Lock()
+SEEN_RUNNING = threading.Event()  # Ansible read /metrics while a stream ran (Prometheus's scrapes do not count)
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -24,13 +27,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+        if self.path == "/metrics" and b" 0.0" not in body and self.headers.get("User-Agent", "").startswith("ansible"):
+            SEEN_RUNNING.set()
 
     def do_POST(self):
         try:
-            delay = float(json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                          .get("delay", 0.5))
+            request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            delay, hold = float(request.get("delay", 0.5)), bool(request.get("hold"))
         except (ValueError, AttributeError):
-            delay = 0.5
+            delay, hold = 0.5, False
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -46,6 +51,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 sent += 1
                 if i < EVENTS:
                     time.sleep(delay)
+                if i == EVENTS - 1 and hold:
+                    outcome = "complete, held until the drain read /metrics" if SEEN_RUNNING.wait(120) else \
+                        "complete, held 120 s: no drain read /metrics"
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
             outcome = "client gone"
