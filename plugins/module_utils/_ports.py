@@ -45,21 +45,35 @@ def deployment_ports(deployment):
     if pd:
         if pd.get("bootstrap_port"):
             uses.append((pd["bootstrap_port"], "kimi_pd_bootstrap_port", "the PD bootstrap server"))
+        # the KV transfer's own listeners, fixed by the collection (no variable moves them): kimi_pd names them
+        side_channel = (pd.get("container_env") or {}).get("VLLM_NIXL_SIDE_CHANNEL_PORT")
+        if side_channel:
+            uses.append((int(side_channel), "kimi_pd", "vLLM's NIXL side channel"))
+        kv_port = (pd.get("kv_transfer_config") or {}).get("kv_port")
+        if kv_port:
+            uses.append((int(kv_port), "kimi_pd", "the Mooncake connector's KV port"))
         router = pd.get("router") or {}
         if router.get("is_here"):
             uses.append((router["port"], "kimi_pd_router_port", "the PD router"))
-            if router.get("metrics") == "own-port":
+            if router.get("metrics_url", "").startswith("http://127.0.0.1:%d/" % router.get("metrics_port", 0)):
                 uses.append((router["metrics_port"], "kimi_pd_router_metrics_port", "the PD router's metrics"))
     return uses
 
 
+# Listeners no variable moves (kimi_pd's KV transfer): a collision with one names the other user's variable.
+FIXED = ("kimi_pd",)
+
+
 def check(uses):
-    """Refuse two users of one port: [(port, variable, what)] in table order, the later one named as the variable."""
+    """Refuse two users of one port: [(port, variable, what)] in table order, the later one named as the variable
+    (the earlier one when the later is fixed)."""
     taken = {}
     for port, variable, what in uses:
         if port in taken and taken[port][0] != variable:
-            other, other_what = taken[port]
-            fail(variable, port, ["a port that no other service of this host uses"],
-                 "%s would listen on port %d, which %s (%s) already uses" % (what, port, other_what, other))
+            first, first_what = taken[port]
+            named, other, named_what, other_what = (first, variable, first_what, what) if variable in FIXED else (
+                variable, first, what, first_what)
+            fail(named, port, ["a port that no other service of this host uses"],
+                 "%s would listen on port %d, which %s (%s) already uses" % (named_what, port, other_what, other))
         taken.setdefault(port, (variable, what))
     return uses

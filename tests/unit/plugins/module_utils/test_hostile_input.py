@@ -218,3 +218,20 @@ def test_a_managed_router_option_names_the_variable_that_sets_it(option, owner):
     message = str(refused.value)
     assert message.startswith("kimi_pd_router_extra_args='%s' is not allowed" % option) and owner in message, message
     assert "kimi_pd_router instead" not in message
+
+
+def test_the_kv_transfers_fixed_port_names_the_variable_that_moved_onto_it():
+    """vLLM's NIXL side channel (5600) has no variable: the engine port set onto it is the one refused."""
+    with pytest.raises(dm.DeploymentError) as refused:
+        dm.resolve({"quant": "int4", "engine": "vllm", "port": 5600, "pd": {"plan": "1P1D"}}, [],
+                   require_revision=False)
+    message = str(refused.value)
+    assert message.startswith("kimi_engine_port=5600 is not allowed"), message
+    assert "vLLM's NIXL side channel (kimi_pd) already uses" in message
+
+
+def test_a_router_host_lists_the_router_and_its_metrics_ports():
+    deployment = dm.resolve({"quant": "int4", "engine": "sglang", "pd": {"plan": "1P1D"}}, [], require_revision=False)
+    assert [(p["variable"], p["port"]) for p in deployment["ports"]] == [
+        ("kimi_engine_port", 30000), ("kimi_pd_bootstrap_port", 8998), ("kimi_pd_router_port", 30080),
+        ("kimi_pd_router_metrics_port", 29000)]
