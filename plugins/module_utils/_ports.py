@@ -43,7 +43,7 @@ def deployment_ports(deployment):
         uses.append((deployment["dist_port"], "kimi_replica_port", "the replica's rendezvous on its head"))
     pd = deployment.get("pd")
     if pd:
-        if pd.get("bootstrap_port"):
+        if pd.get("bootstrap_port") and pd.get("role") == "prefill":  # SGLang's prefill serves it; a decode dials it
             uses.append((pd["bootstrap_port"], "kimi_pd_bootstrap_port", "the PD bootstrap server"))
         # the KV transfer's own listeners, fixed by the collection (no variable moves them): kimi_pd names them
         side_channel = (pd.get("container_env") or {}).get("VLLM_NIXL_SIDE_CHANNEL_PORT")

@@ -233,5 +233,13 @@ def test_the_kv_transfers_fixed_port_names_the_variable_that_moved_onto_it():
 def test_a_router_host_lists_the_router_and_its_metrics_ports():
     deployment = dm.resolve({"quant": "int4", "engine": "sglang", "pd": {"plan": "1P1D"}}, [], require_revision=False)
     assert [(p["variable"], p["port"]) for p in deployment["ports"]] == [
-        ("kimi_engine_port", 30000), ("kimi_pd_bootstrap_port", 8998), ("kimi_pd_router_port", 30080),
-        ("kimi_pd_router_metrics_port", 29000)]
+        ("kimi_engine_port", 30000), ("kimi_pd_router_port", 30080), ("kimi_pd_router_metrics_port", 29000)]
+    assert deployment["pd"]["role"] == "decode"  # the plan's host: the decode that runs the router; no bootstrap server
+
+
+def test_only_a_prefill_host_lists_the_bootstrap_port():
+    from ansible_collections.kimi.deploy.plugins.module_utils import _ports
+    deployment = {"port": 30000, "pd": {"bootstrap_port": 8998, "role": "prefill", "router": {"is_here": False}}}
+    assert (8998, "kimi_pd_bootstrap_port", "the PD bootstrap server") in _ports.deployment_ports(deployment)
+    deployment["pd"]["role"] = "decode"
+    assert [use[1] for use in _ports.deployment_ports(deployment)] == ["kimi_engine_port"]
