@@ -46,8 +46,8 @@ def plan_lines(d):
                "memory knob: %s is %s" % (d["memory_flag"], d.get("memory_meaning", "?")),
                "served model name: %s on %s:%s" % (d["served_model_name"], d["host"], d["port"]),
                "verify checks: %s" % ", ".join(d.get("verify_checks", []))]
-            + (["ports on this host: " + ", ".join("%d %s (%s)" % (p["port"], p["what"], p["variable"])
-                                                  for p in d["ports"])] if d.get("ports") else [])
+            + (["ports on this host: " + ", ".join(
+                "%d %s (%s)" % (p["port"], p["what"], p["variable"]) for p in d["ports"])] if d.get("ports") else [])
             + _speculative_lines(d)
             + (_pd_lines(d) if d.get("pd") else _replica_lines(d) + _config_lines(d))
             + (["container environment (%s): %s" % (d["engine_title"], " ".join(
