@@ -46,6 +46,10 @@ def test_evict_then_warm_reads_the_shards_in_and_a_second_warm_reads_nothing(tmp
     assert warmed["bytes_resident_before"] == 0 and warmed["bytes_read"] == 16 * MiB
     assert warmed["bytes_resident_after"] == 16 * MiB and warmed["limited_by"] is None and not warmed["changed"]
     again = run(tmp_path, snapshot=str(snapshot), reserve_bytes=0)
+    if again["bytes_read"]:
+        # The kernel may reclaim clean pages between two runs on a busy machine (seen once beside two pytest workers
+        # and a build); right after a warm, a warm that still reads everything is the module's fault.
+        again = run(tmp_path, snapshot=str(snapshot), reserve_bytes=0)
     assert again["bytes_read"] == 0 and again["bytes_resident_after"] == 16 * MiB
 
 

@@ -38,8 +38,10 @@ def test_summary_names_host_endpoint_checks_and_stage_times(deployment):
     assert "identity: int4-sglang (quant=int4, engine=sglang 0.5.12.post1) from moonshotai/Kimi-K2.6@" + REV in lines
     assert "verify through the proxy: health ok 4 ms, text ok 12 ms" in lines
     assert "verify on the engine: health ok 4 ms, text ok 12 ms; not restarted" in lines
-    assert lines[-1] == ("stages: preflight 2.5 s, nvidia_host 7.5 s, weights 1.0 s, image not needed, serve 9.0 s, "
+    stages = lines.index("stages: preflight 2.5 s, nvidia_host 7.5 s, weights 1.0 s, image not needed, serve 9.0 s, "
                          "proxy 5.2 s (total 25.2 s)")
+    # after the stages only the deployment's warnings (here: SGLang's 262144 context above the KV estimate)
+    assert lines[stages + 1:] == ["warning: " + w for w in deployment["warnings"]] and deployment["warnings"]
     assert not any(line.startswith("command:") for line in lines)
 
 
