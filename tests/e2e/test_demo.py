@@ -7,9 +7,9 @@ without a key; every metrics path answers the metrics key only, the exporters on
 scrapes it through Caddy and fires KimiEngineDown when the engine stops; a second run changes nothing; make demo-bench
 runs aiperf through Caddy into JSON and PNG; --check --diff prints the plan of a switch; a switch gated by
 kimi_bench_min_ratio rolls back; a switch to vLLM is seen; a switch to NVFP4 builds its patched image and serves from
-it; NVFP4 refuses remote code that is still symlinked before changing anything, and the weights stage repairs it;
-GPUS=b200-x8 swaps the host's GPUs and TensorRT-LLM serves from the YAML the collection writes, a /dev/shm too small
-for it is refused before any change; GPUS=ascend-a3-x16 makes it an Atlas 800 A3 that serves W4A8 on vLLM-Ascend, then
+it; NVFP4 refuses remote code that is still symlinked before changing anything; GPUS=b200-x8 swaps the host's GPUs,
+the weights stage repairs that remote code, and TensorRT-LLM serves from the YAML the collection writes (its /dev/shm
+refusal is proven by tests/integration); GPUS=ascend-a3-x16 makes it an Atlas 800 A3 that serves W4A8 on vLLM-Ascend, then
 on SGLang-Ascend; a switch back to int4-sglang on the B200s with EAGLE-3 speculative decoding (a draft repo on the fake hub) answers
 through Caddy and reports its acceptance; every series the dashboard names was scraped;
 demo-clean removes everything. The tests depend on each other's order (pytest runs a module's tests in file order).
@@ -305,7 +305,7 @@ def test_nvfp4_switches_through_the_image_it_builds_and_keeps_the_model_name(fir
     assert "NvFp4 MoE backend" in host("journalctl", "-u", "kimi-k26", "--no-pager", "-o", "cat")
 
 
-def test_nvfp4_refuses_symlinked_remote_code_before_any_change_and_the_weights_stage_repairs_it(first_run):
+def test_nvfp4_refuses_symlinked_remote_code_before_any_change(first_run):
     snapshots = "/var/lib/kimi-k26/huggingface/hub/models--nvidia--Kimi-K2.6-NVFP4/snapshots"
     name = host("sh", "-c", "cd %s/* && ls *.py | head -n 1" % snapshots).strip()
     assert name
@@ -319,12 +319,14 @@ def test_nvfp4_refuses_symlinked_remote_code_before_any_change_and_the_weights_s
                      r"are still symlinks into blobs/: %s\." % (INSTANCE, re.escape(name)), proc.flat), proc.flat[-3000:]
     assert "Nothing was changed: the current deployment keeps serving" in proc.flat
     assert snapshot() == before
-    out = make("demo", "QUANT=nvfp4", "ENGINE=vllm").flat
-    assert "model: kimi-k2.6 (nvfp4-vllm on rtx-pro-6000-x8)" in out
-    assert host("sh", "-c", "cd %s/* && stat -c %%F %s" % (snapshots, name)).strip() == "regular file"
+    # The next converge's weights stage repairs it: the TensorRT-LLM switch below, on the same checkpoint, checks.
+    SYMLINKED.append((snapshots, name))
 
 
-def test_trtllm_on_b200_gpus_switches_the_host_and_answers_through_caddy(first_run):
+SYMLINKED = []  # (snapshots folder, file) a test left symlinked for the next converge's weights stage to repair
+
+
+def test_trtllm_on_b200_gpus_switches_the_host_repairs_the_remote_code_and_answers_through_caddy(first_run):
     """make demo GPUS=b200-x8 QUANT=nvfp4 ENGINE=trtllm: the host's GPUs become 8 x B200, TensorRT-LLM's double serves
     from the YAML the collection wrote, and the answers come through Caddy (text, tool call, vision)."""
     out = make("demo", "GPUS=b200-x8", "QUANT=nvfp4", "ENGINE=trtllm").flat
@@ -346,14 +348,9 @@ def test_trtllm_on_b200_gpus_switches_the_host_and_answers_through_caddy(first_r
     assert "--config" in command
     assert host("docker", "inspect", "-f", "{{.Config.Image}}", "kimi-k26").strip() == "kimi-double/tensorrt-llm:1.3.0rc17"
     assert "Application startup complete." in host("journalctl", "-u", "kimi-k26", "--no-pager", "-o", "cat")
-
-
-def test_trtllm_refuses_a_dev_shm_too_small_before_any_change(first_run):
-    before = snapshot()
-    proc = make("demo", "QUANT=nvfp4", "ENGINE=trtllm", "ARGS=-e kimi_serve_shm_min_bytes=1099511627776", check=False)
-    assert proc.returncode != 0
-    assert re.search(r"%s: /dev/shm has [0-9.]+ [KMG]?B; TensorRT-LLM needs at least 1\.00 TB" % INSTANCE, proc.flat)
-    assert "Nothing was changed" in proc.flat and snapshot() == before
+    # The remote code the test before left symlinked: this converge's weights stage made it a real file again.
+    for snapshots, name in SYMLINKED:
+        assert host("sh", "-c", "cd %s/* && stat -c %%F %s" % (snapshots, name)).strip() == "regular file"
 
 
 def container(fmt):
