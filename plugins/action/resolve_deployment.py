@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import yaml
@@ -15,10 +16,15 @@ from ansible_collections.kimi.deploy.plugins.module_utils._deployment import Dep
 ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
 
 
-def role_default(role, variable):
-    """A variable's default, from the role's defaults/main.yml (where it is declared)."""
+@functools.lru_cache(maxsize=None)
+def role_defaults(role):
+    """The role's defaults/main.yml (where its variables are declared), read once per run, not per host and port."""
     with open(os.path.join(ROLES, role, "defaults", "main.yml")) as handle:
-        return (yaml.safe_load(handle) or {}).get(variable)
+        return yaml.safe_load(handle) or {}
+
+
+def role_default(role, variable):
+    return role_defaults(role).get(variable)
 
 
 def role_ports(values, groups):
