@@ -50,7 +50,11 @@ HOST_PACKAGES=(docker.io debootstrap dpkg-dev gpg apt-utils)
 mkdir -p "$CACHE"
 T0=${KIMI_PREPARE_T0:-$EPOCHREALTIME}
 export KIMI_PREPARE_T0=$T0
-SUMMARY_FILE=$(mktemp "$CACHE/.prepare.summary.XXXX")
+SUMMARY_FILE=/dev/null
+if [ "${1:-}" != --run-step ]; then  # a step runs this script again: only the main run keeps a summary
+	SUMMARY_FILE=$(mktemp "$CACHE/.prepare.summary.XXXX")
+	trap 'rm -f "$SUMMARY_FILE"' EXIT
+fi
 STATUS_FILE=/dev/null   # each step sets its own (step)
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
 log() { printf '[prepare %6ss] %s\n' "$(since "$T0")" "$*" >&2; }

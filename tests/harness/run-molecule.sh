@@ -14,6 +14,8 @@
 #   KIMI_TEST_IMAGE, KIMI_TEST_IMAGE_TRIXIE, KIMI_TEST_IMAGE_DOCKER   instance images (README.md)
 #   MOLECULE_ARGS              extra arguments for `molecule test` (e.g. --destroy=never)
 #   KIMI_TEST_JOBS             scenarios run side by side (default 1; make test uses 2), longest first
+#   KIMI_TEST_E2E_JUNIT        also run the e2e (pytest tests/e2e: make demo end to end) as one job of the lanes,
+#                              its junit file here (make test); its row is in the table, not in the molecule count
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
@@ -23,6 +25,9 @@ LOGDIR=${KIMI_TEST_CACHE:-$ROOT/.cache/kimi-test}/logs
 export PATH="$VENV/bin:$PATH"
 unset ANSIBLE_CONFIG   # molecule writes its own; .config/molecule/config.yml carries the settings
 export PY_COLORS=${PY_COLORS:-0} ANSIBLE_FORCE_COLOR=${ANSIBLE_FORCE_COLOR:-0} NO_COLOR=${NO_COLOR:-1}
+# Each task's start time and duration in the logs, and the slowest tasks at the end of each run: where a slow
+# scenario spends its time, read from a CI log.
+export ANSIBLE_CALLBACKS_ENABLED=${ANSIBLE_CALLBACKS_ENABLED:-ansible.posix.profile_tasks}
 
 # kimi.deploy resolves through .collections/ (what `make setup` links)
 link=.collections/ansible_collections/kimi/deploy
@@ -46,7 +51,10 @@ T0=$SECONDS
 one() {  # one SCENARIO: molecule test, its log, and its result line in $LOGDIR/result-SCENARIO ("rc seconds")
 	local s=$1 log=$LOGDIR/molecule-$1.log t=$SECONDS rc
 	echo "=== molecule test -s $s   (log: $log)"
-	if [ ! -f "molecule/$s/molecule.yml" ]; then
+	if [ "$s" = e2e ]; then  # not a scenario: make demo end to end (tests/e2e), one lane's job
+		log=$LOGDIR/e2e.log
+		pytest -q -p no:cacheprovider --junitxml="$KIMI_TEST_E2E_JUNIT" tests/e2e >"$log" 2>&1; rc=$?
+	elif [ ! -f "molecule/$s/molecule.yml" ]; then
 		echo "no such scenario: molecule/$s/molecule.yml" >"$log"; rc=2
 	elif [ "${KIMI_TEST_QUIET:-0}" = 1 ]; then
 		# shellcheck disable=SC2086
@@ -61,11 +69,12 @@ one() {  # one SCENARIO: molecule test, its log, and its result line in $LOGDIR/
 }
 
 # KIMI_TEST_JOBS scenarios at a time (default 1; make test uses 2). Each scenario has its own instances, network and
-# state, and only molecule/demo publishes a port, so they can run side by side. On two cores they share the CPU
-# (ansible is most of the work), so two lanes save about 15%, not half. The longest start first, so that the lanes end
-# together.
+# state, and only molecule/demo (the e2e's host) publishes a port, so they can run side by side. On two cores they
+# share the CPU (ansible is most of the work), so two lanes save about 15%, not half; two is the most that pays (with
+# three, the e2e's converges took 3.3x their time alone). The longest start first, so that the lanes end together.
 JOBS=${KIMI_TEST_JOBS:-1}
-LONGEST_FIRST=(fleet pd replica airgap caddy_proxy kimi_serve kimi_image nvidia_host ascend_host)
+[ -n "${KIMI_TEST_E2E_JUNIT:-}" ] && scenarios+=(e2e)
+LONGEST_FIRST=(e2e fleet pd replica airgap kimi_image caddy_proxy kimi_serve ascend_host kimi_weights nvidia_host)
 ordered=()
 for s in "${LONGEST_FIRST[@]}"; do
 	for t in "${scenarios[@]}"; do [ "$t" = "$s" ] && ordered+=("$s"); done
@@ -76,7 +85,7 @@ done
 rm -f "$LOGDIR"/result-*
 if [ "$JOBS" -gt 1 ]; then
 	export -f one
-	export LOGDIR MOLECULE_ARGS
+	export LOGDIR MOLECULE_ARGS KIMI_TEST_E2E_JUNIT
 	export KIMI_TEST_QUIET=1  # lanes side by side: each writes only its log
 	printf '%s\n' "${ordered[@]}" | xargs -P "$JOBS" -I{} bash -c 'one "$1"' _ {}
 else
@@ -86,7 +95,10 @@ fi
 passed=0 failed=0 rows=()
 for s in "${ordered[@]}"; do
 	read -r rc d <"$LOGDIR/result-$s" 2>/dev/null || { rc=1 d=0; }
-	if [ "$rc" = 0 ]; then passed=$((passed + 1)); res=passed; else failed=$((failed + 1)); res="FAILED (rc=$rc)"; fi
+	if [ "$rc" = 0 ]; then res=passed; else res="FAILED (rc=$rc)"; fi
+	if [ "$s" != e2e ]; then  # the e2e's cases are counted from its junit file (tests/run-all.sh)
+		if [ "$rc" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+	fi
 	rows+=("$(printf '%-28s %-16s %4dm%02ds' "$s" "$res" $((d / 60)) $((d % 60)))")
 done
 
