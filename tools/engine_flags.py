@@ -41,7 +41,7 @@ Method per engine:
   chain needs but the venv lacks is replaced by a permissive stub, one at a
   time (the child restarts after each), as vLLM's own docs build does. The
   parser's ``_actions`` are dumped (options, short options, choices, nargs,
-  dest, action class).
+  dest, action class, the value's ``type``).
 * sglang-router, vllm-router (the PD routers, argparse): the same, with
   ``RouterArgs.add_cli_args(argparse.ArgumentParser(), use_router_prefix=False)``
   of ``<package>/router_args.py`` (what ``launch_router.parse_router_args``
@@ -297,6 +297,20 @@ def source_text(engine: str, version: str, wheel: Path, sha: str, commit: str | 
 # --------------------------------------------------------------------------- argparse dump
 
 
+def type_name(kind) -> str | None:
+    """An argparse action's `type=` as text: int, float, str, or the callable's module.qualname, with the builtin
+    type a wrapper closes over in parentheses (vLLM's optional_type(int) -> ...optional_type.<locals>._optional_type(int)),
+    which tools/gen_flag_modules.py reads as the value's type."""
+    if kind is None:
+        return None
+    if kind in (int, float, str):
+        return kind.__name__
+    name = "%s.%s" % (getattr(kind, "__module__", "?"), getattr(kind, "__qualname__", type(kind).__name__))
+    inner = [cell.cell_contents for cell in (getattr(kind, "__closure__", None) or ())
+             if cell.cell_contents in (int, float)]
+    return name + ("(%s)" % inner[0].__name__ if len(inner) == 1 else "")
+
+
 def dump_argparse(parser: argparse.ArgumentParser) -> tuple[dict, dict]:
     """(options, short_options) of a parser, in the committed fixtures' shape.
 
@@ -321,6 +335,8 @@ def dump_argparse(parser: argparse.ArgumentParser) -> tuple[dict, dict]:
             }
             if action.nargs not in (None, 0):
                 entry["nargs"] = action.nargs
+            if action.nargs != 0 and type_name(action.type):
+                entry["type"] = type_name(action.type)
             entry["action"] = type(action).__name__
             if entry["action"].startswith("Deprecated"):
                 entry["deprecated"] = True

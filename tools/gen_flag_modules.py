@@ -44,6 +44,8 @@ OPTIONS:
                       spelling the parser knows for that dest: aliases, short options, vLLM's --no-X negations.
   arities:            option -> values, for an option that takes another number of values than its dest's first one.
   values:             dest -> the values the engine accepts (parser choices, or the names it checks at start-up).
+  types:              dest -> 'int' or 'float': the type its values are parsed with (read from the parser; a dest
+                      whose list does not record its type is absent, and its values are not type-checked).
 %(extra_doc)sPrefix abbreviations, which argparse would also accept, are deliberately absent: kimi.deploy requires exact names.
 """
 
@@ -76,10 +78,23 @@ def spelling_key(option):
     return (not option.startswith("--"), option.startswith("--no-"), option)
 
 
+def value_kind(spec):
+    """The type an option's value is parsed with, as far as the collection checks it: 'int', 'float' or None.
+
+    A list's `type` is the parser's own: click's type name (trtllm-serve) or, for argparse, the name of the `type=`
+    callable (tools/engine_flags.py writes a wrapper of a builtin type as NAME(int), e.g. vLLM's optional_type(int)).
+    Other types (str, paths, JSON, the engines' own parsers) are not checked here."""
+    if not spec.get("takes_value") or not spec.get("type"):
+        return None
+    match = re.match(r"(?:click\.)?(int|float|INT|FLOAT)$|.*\((int|float)\)$", str(spec["type"]))
+    return (match.group(1) or match.group(2)).lower() if match else None
+
+
 def options_table(data):
     """One engine version's JSON dump -> the OPTIONS table written for it."""
     dests = {}
     values = {}
+    types = {}
     arities = {}
     for option, spec in sorted(data["options"].items(), key=lambda item: spelling_key(item[0])):
         entry = dests.setdefault(spec["dest"], [arity(spec), set()])
@@ -90,6 +105,8 @@ def options_table(data):
         allowed = spec.get("choices") or spec.get("valid_values")
         if allowed:
             values[spec["dest"]] = tuple(str(v) for v in allowed)
+        if value_kind(spec):
+            types[spec["dest"]] = value_kind(spec)
     for short, option in data.get("short_options", {}).items():
         dests[data["options"][option]["dest"]][1].add(short)
     behaviour = data.get("parser_behaviour", {})
@@ -114,6 +131,7 @@ def options_table(data):
         "dests": dict((dest, (entry[0],) + tuple(sorted(entry[1], key=spelling_key)))
                       for dest, entry in dests.items()),
         "values": values,
+        "types": types,
         "arities": arities,
     }
 
@@ -188,6 +206,10 @@ def render_one(data):
     lines.append("    'values': {")
     for dest, entry in sorted(table["values"].items()):
         lines.extend(_entry("        ", dest, entry))
+    lines.append("    },")
+    lines.append("    'types': {")
+    for dest, kind in sorted(table["types"].items()):
+        lines.append("        %r: %r," % (dest, kind))
     lines.append("    },")
     lines.append("}")
     if data.get("llm_args"):

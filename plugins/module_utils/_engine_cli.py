@@ -86,6 +86,28 @@ def _option(table, index, label, name, spelling, field="extra_args"):
     fail(field, spelling, None, why)
 
 
+def _parses(kind, value):
+    try:
+        {"int": int, "float": float}[kind](value)
+    except ValueError:
+        return False
+    return True
+
+
+def check_values(table, label, dest, name, spelling, given, field="extra_args"):
+    """The values given to an option, checked as its parser would: one of its choices (or of the names the engine
+    checks at start-up), and of its type (int, float) where the table records one. The refusal names the option, the
+    value and what it takes."""
+    allowed = table["values"].get(dest)
+    kind = table.get("types", {}).get(dest)
+    for value in given:
+        if allowed and value not in allowed:
+            fail(field, spelling, allowed, "%s does not take %r (%s)" % (name, value, label))
+        if kind and not _parses(kind, value):
+            fail(field, spelling, None, "%s takes %s %s value, not %r (%s)"
+                 % (name, "an" if kind == "int" else "a", {"int": "integer", "float": "number"}[kind], value, label))
+
+
 def check_extra(table, label, managed, extra, field="extra_args"):
     """kimi_engine_extra_args, read the way `table`'s parser reads argv, returned as argv elements.
 
@@ -93,7 +115,8 @@ def check_extra(table, label, managed, extra, field="extra_args"):
     Elements are `--flag`, `--flag=value`, `--flag value` as one string (split on the first whitespace), a flag
     followed by its values as separate elements, aliases and short options (`-tp 4`), vLLM's underscore, dotted
     and -O<n> spellings. Refused: an option whose dest the collection manages (any spelling), an option the
-    engine version does not have, a value for a switch, a missing value, a value that follows no option.
+    engine version does not have, a value for a switch, a missing value, a value that follows no option, a value
+    outside the option's choices or not of its type (check_values).
     """
     extra = [] if extra is None or extra == "" else extra
     if isinstance(extra, str) or not isinstance(extra, (list, tuple)) or not all(isinstance(a, str) for a in extra):
@@ -140,5 +163,6 @@ def check_extra(table, label, managed, extra, field="extra_args"):
         if not given and values in (1, "+"):
             fail(field, spelling, None, "%s needs a value, e.g. '%s=VALUE' or '%s', 'VALUE'"
                  % (name, name, name))
+        check_values(table, label, dest, name, spelling, given, field)
         argv.extend([spelling] if equals or implied is not None else [name] + given)
     return argv

@@ -27,6 +27,8 @@ OPTIONS:
                       spelling the parser knows for that dest: aliases, short options, vLLM's --no-X negations.
   arities:            option -> values, for an option that takes another number of values than its dest's first one.
   values:             dest -> the values the engine accepts (parser choices, or the names it checks at start-up).
+  types:              dest -> 'int' or 'float': the type its values are parsed with (read from the parser; a dest
+                      whose list does not record its type is absent, and its values are not type-checked).
 LLM_ARGS:             the LLM-API options of the YAML config (the pydantic model named in LLM_ARGS_CLASS): a key -> its
                       type as text, or a dict of the nested config model's keys. LLM_ARGS_CHOICES: dotted key ->
                       the values a Literal/Enum type allows. LLM_ARGS_EXTRA: "forbid" when unknown keys are refused.
@@ -94,6 +96,21 @@ OPTIONS = {
             'laguna',
         ),
         'tool_parser': ('qwen3', 'qwen3_coder', 'kimi_k2', 'deepseekv3', 'deepseekv3.1', 'deepseek_v32'),
+    },
+    'types': {
+        'context_parallel_size': 'int',
+        'free_gpu_memory_fraction': 'float',
+        'gpus_per_node': 'int',
+        'max_batch_size': 'int',
+        'max_beam_width': 'int',
+        'max_num_tokens': 'int',
+        'max_seq_len': 'int',
+        'moe_cluster_parallel_size': 'int',
+        'moe_expert_parallel_size': 'int',
+        'num_postprocess_workers': 'int',
+        'pipeline_parallel_size': 'int',
+        'port': 'int',
+        'tensor_parallel_size': 'int',
     },
 }
 

@@ -21,6 +21,8 @@ OPTIONS:
                       spelling the parser knows for that dest: aliases, short options, vLLM's --no-X negations.
   arities:            option -> values, for an option that takes another number of values than its dest's first one.
   values:             dest -> the values the engine accepts (parser choices, or the names it checks at start-up).
+  types:              dest -> 'int' or 'float': the type its values are parsed with (read from the parser; a dest
+                      whose list does not record its type is absent, and its values are not type-checked).
 Prefix abbreviations, which argparse would also accept, are deliberately absent: kimi.deploy requires exact names.
 """
 
@@ -490,5 +492,7 @@ OPTIONS = {
             'xlam',
         ),
         'uvicorn_log_level': ('critical', 'debug', 'error', 'info', 'trace', 'warning'),
+    },
+    'types': {
     },
 }

@@ -184,6 +184,14 @@ def test_dump_argparse(ef):
     parser.add_argument("--served-model-name", nargs="+")
     parser.add_argument("--level", type=int, choices=[0, 1])
     parser.add_argument("--foo", action=argparse.BooleanOptionalAction)
+
+    def optional_type(kind):  # vLLM's wrapper of a builtin type
+        def _optional_type(value):
+            return None if value == "" else kind(value)
+        return _optional_type
+
+    parser.add_argument("--max-num-seqs", type=optional_type(int))
+    parser.add_argument("--config", type=json.loads)
     options, short = ef.dump_argparse(parser)
     assert short == {"-h": "--help", "-tp": "--tensor-parallel-size"}
     assert list(options) == sorted(options)
@@ -191,7 +199,10 @@ def test_dump_argparse(ef):
                                  "dest": "help", "action": "_HelpAction"}
     assert options["--tensor-parallel-size"] == {
         "choices": None, "takes_value": True, "aliases": ["-tp"],
-        "dest": "tensor_parallel_size", "action": "_StoreAction"}
+        "dest": "tensor_parallel_size", "type": "int", "action": "_StoreAction"}
+    assert options["--max-num-seqs"]["type"].endswith("optional_type.<locals>._optional_type(int)")
+    assert options["--config"]["type"] == "json.loads"
+    assert "type" not in options["--enable-metrics"] and "type" not in options["--kv-cache-dtype"]
     assert options["--kv-cache-dtype"]["choices"] == ["auto", "fp8"]
     assert options["--enable-metrics"]["takes_value"] is False
     assert options["--served-model-name"]["nargs"] == "+"

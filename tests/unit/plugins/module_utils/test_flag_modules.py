@@ -87,3 +87,25 @@ def test_the_check_mode_of_the_generator_finds_a_stale_module(tmp_path, monkeypa
     monkeypatch.setattr(gen, "MODULE_DIR", str(tmp_path))
     monkeypatch.setattr(gen, "render", lambda: made)
     assert gen.main(["gen", "--check"]) == 1
+
+
+@pytest.mark.parametrize("spec, kind", [
+    ({"takes_value": True, "type": "int"}, "int"),
+    ({"takes_value": True, "type": "float"}, "float"),
+    ({"takes_value": True, "type": "click.INT"}, "int"),
+    ({"takes_value": True, "type": "vllm.engine.arg_utils.optional_type.<locals>._optional_type(int)"}, "int"),
+    ({"takes_value": True, "type": "x.human_readable_float(float)"}, "float"),
+    ({"takes_value": True, "type": "str"}, None),
+    ({"takes_value": True, "type": "json.loads"}, None),
+    ({"takes_value": True, "type": "click.Path(exists=True)"}, None),
+    ({"takes_value": False, "type": "bool"}, None),
+    ({"takes_value": True}, None),
+])
+def test_value_kind_reads_the_parsers_type(spec, kind):
+    assert generator().value_kind(spec) == kind
+
+
+def test_the_trtllm_table_types_its_numeric_options():
+    trtllm = TABLES[("trtllm", "1.3.0rc17")]
+    assert trtllm["types"]["max_batch_size"] == "int" and trtllm["types"]["free_gpu_memory_fraction"] == "float"
+    assert all(kind in ("int", "float") for table in TABLES.values() for kind in table["types"].values())

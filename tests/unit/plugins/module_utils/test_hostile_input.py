@@ -243,3 +243,30 @@ def test_only_a_prefill_host_lists_the_bootstrap_port():
     assert (8998, "kimi_pd_bootstrap_port", "the PD bootstrap server") in _ports.deployment_ports(deployment)
     deployment["pd"]["role"] = "decode"
     assert [use[1] for use in _ports.deployment_ports(deployment)] == ["kimi_engine_port"]
+
+
+# Extra engine and router arguments: values outside the option's choices (or the names the engine checks at start-up)
+# and values not of its type (where the flag list records the parser's type) are refused, naming the option.
+@pytest.mark.parametrize("inputs, expected", [
+    (dict(BASE, extra_args=["--attention-backend", "$(reboot)"]), "--attention-backend does not take '$(reboot)'"),
+    ({"quant": "int4", "engine": "vllm", "extra_args": ["--dtype=float8"]}, "--dtype does not take 'float8'"),
+    ({"quant": "int4", "engine": "vllm", "extra_args": ["--all2all-backend", "nccl"]}, "Allowed values: "),
+    ({"quant": "nvfp4", "engine": "trtllm", "extra_args": ["--max_batch_size", "lots"]},
+     "--max_batch_size takes an integer value, not 'lots'"),
+    ({"quant": "nvfp4", "engine": "trtllm", "extra_args": ["--max_num_tokens=8.5"]},
+     "--max_num_tokens takes an integer value, not '8.5'"),
+])
+def test_extra_argument_values_are_checked_against_the_option(inputs, expected):
+    with pytest.raises(dm.DeploymentError) as refused:
+        dm.resolve(inputs, [], require_revision=False)
+    message = str(refused.value)
+    assert message.startswith("kimi_engine_extra_args=") and expected in message, message
+
+
+@pytest.mark.parametrize("inputs", [
+    {"quant": "nvfp4", "engine": "trtllm", "extra_args": ["--max_batch_size", "64", "--max_num_tokens=8192"]},
+    {"quant": "int4", "engine": "vllm", "extra_args": ["--dtype", "bfloat16"]},
+])
+def test_extra_argument_values_of_the_options_type_and_choices_pass(inputs):
+    deployment = dm.resolve(inputs, [], require_revision=False)
+    assert all(a in [str(x) for x in deployment["command"]] for a in inputs["extra_args"] if "=" not in a)
