@@ -270,3 +270,21 @@ def test_extra_argument_values_are_checked_against_the_option(inputs, expected):
 def test_extra_argument_values_of_the_options_type_and_choices_pass(inputs):
     deployment = dm.resolve(inputs, [], require_revision=False)
     assert all(a in [str(x) for x in deployment["command"]] for a in inputs["extra_args"] if "=" not in a)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--cache-threshold", "half"], "--cache-threshold takes a number value, not 'half'"),
+    (["--balance-abs-threshold=1e3"], "--balance-abs-threshold takes an integer value, not '1e3'"),
+    (["--log-level", "loud"], "--log-level does not take 'loud'"),
+])
+def test_router_argument_values_are_checked_against_the_routers_option(args, expected):
+    with pytest.raises(dm.DeploymentError) as refused:
+        dm.resolve(dict(BASE, pd={"plan": "1P1D", "router_extra_args": args}), [], require_revision=False)
+    message = str(refused.value)
+    assert message.startswith("kimi_pd_router_extra_args=") and expected in message, message
+
+
+def test_router_argument_values_of_the_right_type_pass():
+    deployment = dm.resolve(dict(BASE, pd={"plan": "1P1D", "router_extra_args": ["--cache-threshold", "0.5"]}), [],
+                            require_revision=False)
+    assert "0.5" in str(deployment["pd"])
