@@ -68,7 +68,9 @@ Method per engine:
 Output: ``tests/fixtures/engine_flags/engine_flags_<engine>-<version>.json``
 (``--out-dir`` to write elsewhere), indent 1, the shape of the committed files
 plus ``generated`` (date) and ``tool`` (this file). ``--compare OLD.json``
-prints the differences in option names, takes_value, nargs, choices and dest.
+prints the differences in option names, takes_value, nargs, choices and dest. ``--add-types`` keeps the committed
+list (made before the tool recorded ``type``) and adds each option's value type from the new dump of the same
+release, with ``types_source`` saying where they come from.
 """
 
 from __future__ import annotations
@@ -1330,6 +1332,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--out-dir", type=Path, default=REPO_ROOT / "tests/fixtures/engine_flags")
     parser.add_argument("--cache", type=Path, default=REPO_ROOT / ".cache/engine-flags")
     parser.add_argument("--compare", type=Path, help="print differences against this fixture")
+    parser.add_argument("--add-types", action="store_true",
+                        help="argparse engines: keep the committed list as it is and add each option's value type "
+                             "from this dump of the same release (for a list made before the tool recorded types)")
     parser.add_argument("--child", nargs=2, metavar=("ENGINE", "SRC"), help=argparse.SUPPRESS)
     parser.add_argument("--stubs", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1390,10 +1395,30 @@ def main(argv: list[str] | None = None) -> int:
     return write_document(args, doc)
 
 
+def add_types(doc: dict, old: dict) -> dict:
+    """The committed list `old`, each option's `type` taken from `doc` (a new dump of the same release) and where
+    the types come from in `types_source`. Refuses a dump whose option names differ: then it is another release, or
+    the list is stale, and the whole list must be made again."""
+    if set(doc["options"]) != set(old["options"]):
+        raise SystemExit("--add-types: the new dump's options differ from the committed list's (%s): make the whole "
+                         "list again" % ", ".join(sorted(set(doc["options"]) ^ set(old["options"]))[:10]))
+    merged = dict(old, options={})
+    for option, entry in old["options"].items():
+        entry = dict(entry)
+        entry.pop("type", None)
+        if doc["options"][option].get("type"):
+            entry["type"] = doc["options"][option]["type"]
+        merged["options"][option] = entry
+    merged["types_source"] = "%s (%s, %s)" % (doc["source"], TOOL, doc.get("generated"))
+    return merged
+
+
 def write_document(args: argparse.Namespace, doc: dict) -> int:
     """Write the document to --out-dir; with --compare, print the differences."""
     args.out_dir.mkdir(parents=True, exist_ok=True)
     out = args.out_dir / f"engine_flags_{args.engine}-{args.version}.json"
+    if args.add_types:
+        doc = add_types(doc, json.loads(out.read_text()))
     out.write_text(json.dumps(doc, indent=1))
     print(f"wrote {out} ({len(doc['options'])} options)")
     if args.compare:

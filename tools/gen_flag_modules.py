@@ -44,6 +44,8 @@ OPTIONS:
                       spelling the parser knows for that dest: aliases, short options, vLLM's --no-X negations.
   arities:            option -> values, for an option that takes another number of values than its dest's first one.
   values:             dest -> the values the engine accepts (parser choices, or the names it checks at start-up).
+  checked_at_start:   dests whose values are not parser choices but names the engine checks at start-up (some
+                      engines upper-case them first: kimi.deploy compares them without case).
   types:              dest -> 'int' or 'float': the type its values are parsed with (read from the parser; a dest
                       whose list does not record its type is absent, and its values are not type-checked).
 %(extra_doc)sPrefix abbreviations, which argparse would also accept, are deliberately absent: kimi.deploy requires exact names.
@@ -95,6 +97,7 @@ def options_table(data):
     dests = {}
     values = {}
     types = {}
+    at_start = set()
     arities = {}
     for option, spec in sorted(data["options"].items(), key=lambda item: spelling_key(item[0])):
         entry = dests.setdefault(spec["dest"], [arity(spec), set()])
@@ -105,6 +108,8 @@ def options_table(data):
         allowed = spec.get("choices") or spec.get("valid_values")
         if allowed:
             values[spec["dest"]] = tuple(str(v) for v in allowed)
+        if not spec.get("choices") and spec.get("valid_values"):
+            at_start.add(spec["dest"])
         if value_kind(spec):
             types[spec["dest"]] = value_kind(spec)
     for short, option in data.get("short_options", {}).items():
@@ -132,6 +137,7 @@ def options_table(data):
                       for dest, entry in dests.items()),
         "values": values,
         "types": types,
+        "checked_at_start": tuple(sorted(at_start)),
         "arities": arities,
     }
 
@@ -207,6 +213,7 @@ def render_one(data):
     for dest, entry in sorted(table["values"].items()):
         lines.extend(_entry("        ", dest, entry))
     lines.append("    },")
+    lines.append("    'checked_at_start': (%s)," % "".join("%r, " % dest for dest in table["checked_at_start"]).rstrip())
     lines.append("    'types': {")
     for dest, kind in sorted(table["types"].items()):
         lines.append("        %r: %r," % (dest, kind))

@@ -100,8 +100,11 @@ def check_values(table, label, dest, name, spelling, given, field="extra_args"):
     value and what it takes."""
     allowed = table["values"].get(dest)
     kind = table.get("types", {}).get(dest)
+    # Parser choices are exact; names checked at start-up are compared without case (vLLM upper-cases an attention
+    # backend, SGLang a speculative algorithm, before looking them up).
+    loose = dest in table.get("checked_at_start", ())
     for value in given:
-        if allowed and value not in allowed:
+        if allowed and value not in allowed and not (loose and value.upper() in (a.upper() for a in allowed)):
             fail(field, spelling, allowed, "%s does not take %r (%s)" % (name, value, label))
         if kind and not _parses(kind, value):
             fail(field, spelling, None, "%s takes %s %s value, not %r (%s)"

@@ -27,6 +27,8 @@ OPTIONS:
                       spelling the parser knows for that dest: aliases, short options, vLLM's --no-X negations.
   arities:            option -> values, for an option that takes another number of values than its dest's first one.
   values:             dest -> the values the engine accepts (parser choices, or the names it checks at start-up).
+  checked_at_start:   dests whose values are not parser choices but names the engine checks at start-up (some
+                      engines upper-case them first: kimi.deploy compares them without case).
   types:              dest -> 'int' or 'float': the type its values are parsed with (read from the parser; a dest
                       whose list does not record its type is absent, and its values are not type-checked).
 LLM_ARGS:             the LLM-API options of the YAML config (the pydantic model named in LLM_ARGS_CLASS): a key -> its
@@ -97,6 +99,7 @@ OPTIONS = {
         ),
         'tool_parser': ('qwen3', 'qwen3_coder', 'kimi_k2', 'deepseekv3', 'deepseekv3.1', 'deepseek_v32'),
     },
+    'checked_at_start': (),
     'types': {
         'context_parallel_size': 'int',
         'free_gpu_memory_fraction': 'float',

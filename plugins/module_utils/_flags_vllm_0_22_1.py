@@ -20,6 +20,8 @@ OPTIONS:
                       spelling the parser knows for that dest: aliases, short options, vLLM's --no-X negations.
   arities:            option -> values, for an option that takes another number of values than its dest's first one.
   values:             dest -> the values the engine accepts (parser choices, or the names it checks at start-up).
+  checked_at_start:   dests whose values are not parser choices but names the engine checks at start-up (some
+                      engines upper-case them first: kimi.deploy compares them without case).
   types:              dest -> 'int' or 'float': the type its values are parsed with (read from the parser; a dest
                       whose list does not record its type is absent, and its values are not type-checked).
 Prefix abbreviations, which argparse would also accept, are deliberately absent: kimi.deploy requires exact names.
@@ -609,6 +611,7 @@ OPTIONS = {
         ),
         'uvicorn_log_level': ('critical', 'debug', 'error', 'info', 'trace', 'warning'),
     },
+    'checked_at_start': ('attention_backend', 'quantization', 'reasoning_parser', 'tool_call_parser',),
     'types': {
     },
 }

@@ -437,3 +437,17 @@ def test_source_tree_approximate(ef, tmp_path, capsys):
     # no models folder in the tree: not checked, rather than "not registered"
     assert doc["parser_behaviour"]["kimi_k25_registered"]["registered"] is None
     assert doc["llm_args"]["extra"] == "forbid"
+
+
+def test_add_types_keeps_the_committed_list_and_adds_the_dumps_types(ef):
+    old = {"source": "old", "options": {"--a": {"takes_value": True, "dest": "a", "validated": "by hand"},
+                                        "--b": {"takes_value": False, "dest": "b"}}}
+    new = {"source": "wheel sha256:x", "generated": "2026-11-27",
+           "options": {"--a": {"takes_value": True, "dest": "a", "type": "int"},
+                       "--b": {"takes_value": False, "dest": "b"}}}
+    merged = ef.add_types(new, old)
+    assert merged["options"]["--a"] == {"takes_value": True, "dest": "a", "validated": "by hand", "type": "int"}
+    assert "type" not in merged["options"]["--b"] and merged["source"] == "old"
+    assert merged["types_source"].startswith("wheel sha256:x")
+    with pytest.raises(SystemExit, match="make the whole list again"):
+        ef.add_types({"source": "s", "options": {"--c": {}}}, old)

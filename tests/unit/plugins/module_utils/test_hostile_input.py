@@ -288,3 +288,13 @@ def test_router_argument_values_of_the_right_type_pass():
     deployment = dm.resolve(dict(BASE, pd={"plan": "1P1D", "router_extra_args": ["--cache-threshold", "0.5"]}), [],
                             require_revision=False)
     assert "0.5" in str(deployment["pd"])
+
+
+def test_names_the_engine_checks_at_start_up_are_compared_without_case():
+    # vLLM upper-cases --attention-backend before looking it up: triton_mla is TRITON_MLA
+    deployment = dm.resolve({"quant": "int4", "engine": "vllm", "extra_args": ["--attention-backend", "triton_mla"]},
+                            [], require_revision=False)
+    assert "triton_mla" in [str(a) for a in deployment["command"]]
+    with pytest.raises(dm.DeploymentError, match="--attention-backend does not take 'no_such_backend'"):
+        dm.resolve({"quant": "int4", "engine": "vllm", "extra_args": ["--attention-backend=no_such_backend"]}, [],
+                   require_revision=False)
