@@ -104,10 +104,11 @@ def check_values(table, label, dest, name, spelling, given, field="extra_args"):
     # backend, SGLang a speculative algorithm, before looking them up).
     loose = dest in table.get("checked_at_start", ())
     for value in given:
+        spelled = spelling if value in spelling else "%s %s" % (spelling, value)  # the option with the value refused
         if allowed and value not in allowed and not (loose and value.upper() in (a.upper() for a in allowed)):
-            fail(field, spelling, allowed, "%s does not take %r (%s)" % (name, value, label))
+            fail(field, spelled, allowed, "%s does not take %r (%s)" % (name, value, label))
         if kind and not _parses(kind, value):
-            fail(field, spelling, None, "%s takes %s %s value, not %r (%s)"
+            fail(field, spelled, None, "%s takes %s %s value, not %r (%s)"
                  % (name, "an" if kind == "int" else "a", {"int": "integer", "float": "number"}[kind], value, label))
 
 

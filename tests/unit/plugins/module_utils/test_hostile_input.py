@@ -298,3 +298,11 @@ def test_names_the_engine_checks_at_start_up_are_compared_without_case():
     with pytest.raises(dm.DeploymentError, match="--attention-backend does not take 'no_such_backend'"):
         dm.resolve({"quant": "int4", "engine": "vllm", "extra_args": ["--attention-backend=no_such_backend"]}, [],
                    require_revision=False)
+
+
+def test_a_value_of_the_wrong_type_is_refused_with_its_option():
+    with pytest.raises(dm.DeploymentError) as refused:
+        dm.resolve({"quant": "int4", "engine": "vllm", "extra_args": ["--max-num-seqs", "$(reboot)"]}, [],
+                   require_revision=False)
+    assert str(refused.value) == ("kimi_engine_extra_args='--max-num-seqs $(reboot)' is not allowed: --max-num-seqs "
+                                  "takes an integer value, not '$(reboot)' (vllm 0.22.1)")
