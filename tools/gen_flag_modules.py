@@ -46,7 +46,7 @@ OPTIONS:
   values:             dest -> the values the engine accepts (parser choices, or the names it checks at start-up).
   checked_at_start:   dests whose values are not parser choices but names the engine checks at start-up (some
                       engines upper-case them first: kimi.deploy compares them without case).
-  types:              dest -> 'int' or 'float': the type its values are parsed with (read from the parser; a dest
+  types:              dest -> 'int', 'float' or 'json': the type its values are parsed with (read from the parser; a dest
                       whose list does not record its type is absent, and its values are not type-checked).
 %(extra_doc)sPrefix abbreviations, which argparse would also accept, are deliberately absent: kimi.deploy requires exact names.
 """
@@ -81,13 +81,15 @@ def spelling_key(option):
 
 
 def value_kind(spec):
-    """The type an option's value is parsed with, as far as the collection checks it: 'int', 'float' or None.
+    """The type an option's value is parsed with, as far as the collection checks it: 'int', 'float', 'json' or None.
 
     A list's `type` is the parser's own: click's type name (trtllm-serve) or, for argparse, the name of the `type=`
     callable (tools/engine_flags.py writes a wrapper of a builtin type as NAME(int), e.g. vLLM's optional_type(int)).
-    Other types (str, paths, JSON, the engines' own parsers) are not checked here."""
+    argparse's json.loads is 'json'. Other types (str, paths, the engines' own parsers) are not checked here."""
     if not spec.get("takes_value") or not spec.get("type"):
         return None
+    if spec["type"] == "json.loads":
+        return "json"
     match = re.match(r"(?:click\.)?(int|float|INT|FLOAT)$|.*\((int|float)\)$", str(spec["type"]))
     return (match.group(1) or match.group(2)).lower() if match else None
 

@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import re
 
 from ansible_collections.kimi.deploy.plugins.module_utils._inputs import check_no_control, fail, var
@@ -86,18 +87,21 @@ def _option(table, index, label, name, spelling, field="extra_args"):
     fail(field, spelling, None, why)
 
 
+KIND_WORDS = {"int": "an integer", "float": "a number", "json": "a JSON"}
+
+
 def _parses(kind, value):
     try:
-        {"int": int, "float": float}[kind](value)
-    except ValueError:
+        {"int": int, "float": float, "json": json.loads}[kind](value)
+    except ValueError:  # json.JSONDecodeError is a ValueError
         return False
     return True
 
 
 def check_values(table, label, dest, name, spelling, given, field="extra_args"):
     """The values given to an option, checked as its parser would: one of its choices (or of the names the engine
-    checks at start-up), and of its type (int, float) where the table records one. The refusal names the option, the
-    value and what it takes."""
+    checks at start-up), and of its type (int, float, JSON) where the table records one. The refusal names the
+    option, the value and what it takes."""
     allowed = table["values"].get(dest)
     kind = table.get("types", {}).get(dest)
     # Parser choices are exact; names checked at start-up are compared without case (vLLM upper-cases an attention
@@ -108,8 +112,7 @@ def check_values(table, label, dest, name, spelling, given, field="extra_args"):
         if allowed and value not in allowed and not (loose and value.upper() in (a.upper() for a in allowed)):
             fail(field, spelled, allowed, "%s does not take %r (%s)" % (name, value, label))
         if kind and not _parses(kind, value):
-            fail(field, spelled, None, "%s takes %s %s value, not %r (%s)"
-                 % (name, "an" if kind == "int" else "a", {"int": "integer", "float": "number"}[kind], value, label))
+            fail(field, spelled, None, "%s takes %s value, not %r (%s)" % (name, KIND_WORDS[kind], value, label))
 
 
 def check_extra(table, label, managed, extra, field="extra_args"):

@@ -22,7 +22,7 @@ OPTIONS:
   values:             dest -> the values the engine accepts (parser choices, or the names it checks at start-up).
   checked_at_start:   dests whose values are not parser choices but names the engine checks at start-up (some
                       engines upper-case them first: kimi.deploy compares them without case).
-  types:              dest -> 'int' or 'float': the type its values are parsed with (read from the parser; a dest
+  types:              dest -> 'int', 'float' or 'json': the type its values are parsed with (read from the parser; a dest
                       whose list does not record its type is absent, and its values are not type-checked).
 Prefix abbreviations, which argparse would also accept, are deliberately absent: kimi.deploy requires exact names.
 """
@@ -815,6 +815,7 @@ OPTIONS = {
         'eplb_rebalance_num_iterations': 'int',
         'expert_distribution_recorder_buffer_size': 'int',
         'expert_parallel_size': 'int',
+        'extra_metric_labels': 'json',
         'gc_threshold': 'int',
         'gc_warning_threshold_secs': 'float',
         'gpu_id_step': 'int',
@@ -825,6 +826,7 @@ OPTIONS = {
         'kt_max_deferred_experts_per_token': 'int',
         'kt_num_gpu_experts': 'int',
         'kt_threadpool_count': 'int',
+        'limit_mm_data_per_request': 'json',
         'log_requests_level': 'int',
         'lora_drain_wait_threshold': 'float',
         'mamba_full_memory_ratio': 'float',
@@ -837,6 +839,7 @@ OPTIONS = {
         'max_queued_requests': 'int',
         'max_running_requests': 'int',
         'mem_fraction_static': 'float',
+        'mm_process_config': 'json',
         'moe_data_parallel_size': 'int',
         'moe_dense_tp_size': 'int',
         'nccl_port': 'int',
@@ -855,6 +858,7 @@ OPTIONS = {
         'port': 'int',
         'pp_async_batch_depth': 'int',
         'pp_max_micro_batch_size': 'int',
+        'preferred_sampling_params': 'json',
         'prefill_delayer_forward_passes_buckets': 'float',
         'prefill_delayer_max_delay_ms': 'float',
         'prefill_delayer_max_delay_passes': 'int',

@@ -23,7 +23,7 @@ OPTIONS:
   values:             dest -> the values the engine accepts (parser choices, or the names it checks at start-up).
   checked_at_start:   dests whose values are not parser choices but names the engine checks at start-up (some
                       engines upper-case them first: kimi.deploy compares them without case).
-  types:              dest -> 'int' or 'float': the type its values are parsed with (read from the parser; a dest
+  types:              dest -> 'int', 'float' or 'json': the type its values are parsed with (read from the parser; a dest
                       whose list does not record its type is absent, and its values are not type-checked).
 Prefix abbreviations, which argparse would also accept, are deliberately absent: kimi.deploy requires exact names.
 """
@@ -867,6 +867,7 @@ OPTIONS = {
         'eplb_rebalance_num_iterations': 'int',
         'expert_distribution_recorder_buffer_size': 'int',
         'expert_parallel_size': 'int',
+        'extra_metric_labels': 'json',
         'gc_threshold': 'int',
         'gc_warning_threshold_secs': 'float',
         'gpu_id_step': 'int',
@@ -878,6 +879,7 @@ OPTIONS = {
         'kt_num_gpu_experts': 'int',
         'kt_threadpool_count': 'int',
         'kv_canary_sweep_interval': 'int',
+        'limit_mm_data_per_request': 'json',
         'load_snapshot_publish_interval': 'int',
         'log_requests_level': 'int',
         'lora_drain_wait_threshold': 'float',
@@ -891,6 +893,7 @@ OPTIONS = {
         'max_queued_requests': 'int',
         'max_running_requests': 'int',
         'mem_fraction_static': 'float',
+        'mm_process_config': 'json',
         'moe_data_parallel_size': 'int',
         'moe_dense_tp_size': 'int',
         'nccl_port': 'int',
@@ -910,6 +913,7 @@ OPTIONS = {
         'port': 'int',
         'pp_async_batch_depth': 'int',
         'pp_max_micro_batch_size': 'int',
+        'preferred_sampling_params': 'json',
         'prefill_delayer_forward_passes_buckets': 'float',
         'prefill_delayer_max_delay_ms': 'float',
         'prefill_delayer_max_delay_passes': 'int',

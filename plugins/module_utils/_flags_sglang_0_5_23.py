@@ -23,7 +23,7 @@ OPTIONS:
   values:             dest -> the values the engine accepts (parser choices, or the names it checks at start-up).
   checked_at_start:   dests whose values are not parser choices but names the engine checks at start-up (some
                       engines upper-case them first: kimi.deploy compares them without case).
-  types:              dest -> 'int' or 'float': the type its values are parsed with (read from the parser; a dest
+  types:              dest -> 'int', 'float' or 'json': the type its values are parsed with (read from the parser; a dest
                       whose list does not record its type is absent, and its values are not type-checked).
 Prefix abbreviations, which argparse would also accept, are deliberately absent: kimi.deploy requires exact names.
 """
@@ -1202,6 +1202,7 @@ OPTIONS = {
         'debug_tensor_dump_layers': 'int',
         'decode_log_interval': 'int',
         'decoupled_spec_rank': 'int',
+        'default_chat_template_kwargs': 'json',
         'default_priority_value': 'int',
         'detokenizer_worker_num': 'int',
         'disaggregation_bootstrap_port': 'int',
@@ -1225,6 +1226,7 @@ OPTIONS = {
         'eplb_rebalance_layers_per_chunk': 'int',
         'eplb_rebalance_num_iterations': 'int',
         'expert_distribution_recorder_buffer_size': 'int',
+        'extra_metric_labels': 'json',
         'fuseep_mode': 'int',
         'gated_launch_port': 'int',
         'gc_threshold': 'int',
@@ -1245,6 +1247,7 @@ OPTIONS = {
         'kt_num_gpu_experts': 'int',
         'kt_threadpool_count': 'int',
         'kv_canary_sweep_interval': 'int',
+        'limit_mm_data_per_request': 'json',
         'linear_replayssm_cache_len': 'int',
         'load_snapshot_publish_interval': 'int',
         'log_requests_level': 'int',
@@ -1266,6 +1269,7 @@ OPTIONS = {
         'min_free_slots_delay': 'int',
         'mm_io_worker_num': 'int',
         'mm_preprocess_cache_size_mb': 'int',
+        'mm_process_config': 'json',
         'mm_processor_worker_num': 'int',
         'moe_dense_tp_size': 'int',
         'moe_dp_size': 'int',
@@ -1285,6 +1289,7 @@ OPTIONS = {
         'pp_async_batch_depth': 'int',
         'pp_max_micro_batch_size': 'int',
         'pp_size': 'int',
+        'preferred_sampling_params': 'json',
         'prefill_decode_interval': 'int',
         'prefill_decode_interval_min_bs': 'int',
         'prefill_delayer_forward_passes_buckets': 'float',
@@ -1295,6 +1300,7 @@ OPTIONS = {
         'prefill_delayer_wait_seconds_buckets': 'float',
         'prefill_max_requests': 'int',
         'priority_scheduling_preemption_threshold': 'int',
+        'radix_eviction_policy_config': 'json',
         'random_seed': 'int',
         'remote_instance_weight_loader_seed_instance_service_port': 'int',
         'return_aux_hidden_state_layer_ids': 'int',
@@ -1330,6 +1336,7 @@ OPTIONS = {
         'tp_size': 'int',
         'triton_attention_num_kv_splits': 'int',
         'triton_attention_split_tile_size': 'int',
+        'unified_cache_external_linker_config': 'json',
         'watchdog_timeout': 'float',
         'weight_cache_timeout': 'int',
         'weight_loader_prefetch_num_threads': 'int',

@@ -24,7 +24,7 @@ OPTIONS:
   values:             dest -> the values the engine accepts (parser choices, or the names it checks at start-up).
   checked_at_start:   dests whose values are not parser choices but names the engine checks at start-up (some
                       engines upper-case them first: kimi.deploy compares them without case).
-  types:              dest -> 'int' or 'float': the type its values are parsed with (read from the parser; a dest
+  types:              dest -> 'int', 'float' or 'json': the type its values are parsed with (read from the parser; a dest
                       whose list does not record its type is absent, and its values are not type-checked).
 Prefix abbreviations, which argparse would also accept, are deliberately absent: kimi.deploy requires exact names.
 """

@@ -29,7 +29,7 @@ OPTIONS:
   values:             dest -> the values the engine accepts (parser choices, or the names it checks at start-up).
   checked_at_start:   dests whose values are not parser choices but names the engine checks at start-up (some
                       engines upper-case them first: kimi.deploy compares them without case).
-  types:              dest -> 'int' or 'float': the type its values are parsed with (read from the parser; a dest
+  types:              dest -> 'int', 'float' or 'json': the type its values are parsed with (read from the parser; a dest
                       whose list does not record its type is absent, and its values are not type-checked).
 LLM_ARGS:             the LLM-API options of the YAML config (the pydantic model named in LLM_ARGS_CLASS): a key -> its
                       type as text, or a dict of the nested config model's keys. LLM_ARGS_CHOICES: dotted key ->

@@ -23,7 +23,7 @@ OPTIONS:
   values:             dest -> the values the engine accepts (parser choices, or the names it checks at start-up).
   checked_at_start:   dests whose values are not parser choices but names the engine checks at start-up (some
                       engines upper-case them first: kimi.deploy compares them without case).
-  types:              dest -> 'int' or 'float': the type its values are parsed with (read from the parser; a dest
+  types:              dest -> 'int', 'float' or 'json': the type its values are parsed with (read from the parser; a dest
                       whose list does not record its type is absent, and its values are not type-checked).
 Prefix abbreviations, which argparse would also accept, are deliberately absent: kimi.deploy requires exact names.
 """
@@ -497,6 +497,9 @@ OPTIONS = {
     },
     'checked_at_start': ('reasoning_parser', 'speculative_config', 'tool_call_parser',),
     'types': {
+        'allowed_headers': 'json',
+        'allowed_methods': 'json',
+        'allowed_origins': 'json',
         'api_server_count': 'int',
         'block_size': 'int',
         'cp_kv_cache_interleave_size': 'int',
@@ -511,6 +514,7 @@ OPTIONS = {
         'dbo_prefill_token_threshold': 'int',
         'dcp_kv_cache_interleave_size': 'int',
         'decode_context_parallel_size': 'int',
+        'default_chat_template_kwargs': 'json',
         'distributed_timeout_seconds': 'int',
         'gpu_memory_utilization': 'float',
         'h11_max_header_count': 'int',

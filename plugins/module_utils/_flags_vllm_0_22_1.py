@@ -22,7 +22,7 @@ OPTIONS:
   values:             dest -> the values the engine accepts (parser choices, or the names it checks at start-up).
   checked_at_start:   dests whose values are not parser choices but names the engine checks at start-up (some
                       engines upper-case them first: kimi.deploy compares them without case).
-  types:              dest -> 'int' or 'float': the type its values are parsed with (read from the parser; a dest
+  types:              dest -> 'int', 'float' or 'json': the type its values are parsed with (read from the parser; a dest
                       whose list does not record its type is absent, and its values are not type-checked).
 Prefix abbreviations, which argparse would also accept, are deliberately absent: kimi.deploy requires exact names.
 """
@@ -613,6 +613,9 @@ OPTIONS = {
     },
     'checked_at_start': ('attention_backend', 'quantization', 'reasoning_parser', 'tool_call_parser',),
     'types': {
+        'allowed_headers': 'json',
+        'allowed_methods': 'json',
+        'allowed_origins': 'json',
         'api_server_count': 'int',
         'block_size': 'int',
         'cp_kv_cache_interleave_size': 'int',
@@ -629,6 +632,7 @@ OPTIONS = {
         'dbo_prefill_token_threshold': 'int',
         'dcp_kv_cache_interleave_size': 'int',
         'decode_context_parallel_size': 'int',
+        'default_chat_template_kwargs': 'json',
         'distributed_timeout_seconds': 'int',
         'dp_supervisor_probe_failure_threshold': 'int',
         'dp_supervisor_probe_interval_s': 'float',

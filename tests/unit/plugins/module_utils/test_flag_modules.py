@@ -96,7 +96,8 @@ def test_the_check_mode_of_the_generator_finds_a_stale_module(tmp_path, monkeypa
     ({"takes_value": True, "type": "vllm.engine.arg_utils.optional_type.<locals>._optional_type(int)"}, "int"),
     ({"takes_value": True, "type": "x.human_readable_float(float)"}, "float"),
     ({"takes_value": True, "type": "str"}, None),
-    ({"takes_value": True, "type": "json.loads"}, None),
+    ({"takes_value": True, "type": "json.loads"}, "json"),
+    ({"takes_value": True, "type": "vllm.engine.arg_utils.union_dict_and_str"}, None),
     ({"takes_value": True, "type": "click.Path(exists=True)"}, None),
     ({"takes_value": False, "type": "bool"}, None),
     ({"takes_value": True}, None),
@@ -108,4 +109,5 @@ def test_value_kind_reads_the_parsers_type(spec, kind):
 def test_the_trtllm_table_types_its_numeric_options():
     trtllm = TABLES[("trtllm", "1.3.0rc17")]
     assert trtllm["types"]["max_batch_size"] == "int" and trtllm["types"]["free_gpu_memory_fraction"] == "float"
-    assert all(kind in ("int", "float") for table in TABLES.values() for kind in table["types"].values())
+    assert all(kind in ("int", "float", "json") for table in TABLES.values() for kind in table["types"].values())
+    assert TABLES[("vllm", "0.22.1")]["types"]["default_chat_template_kwargs"] == "json"

@@ -255,6 +255,8 @@ def test_only_a_prefill_host_lists_the_bootstrap_port():
      "--max_batch_size takes an integer value, not 'lots'"),
     ({"quant": "nvfp4", "engine": "trtllm", "extra_args": ["--max_num_tokens=8.5"]},
      "--max_num_tokens takes an integer value, not '8.5'"),
+    ({"quant": "int4", "engine": "vllm", "extra_args": ["--default-chat-template-kwargs", "{thinking: true}"]},
+     "--default-chat-template-kwargs takes a JSON value, not '{thinking: true}'"),
 ])
 def test_extra_argument_values_are_checked_against_the_option(inputs, expected):
     with pytest.raises(dm.DeploymentError) as refused:
@@ -266,6 +268,7 @@ def test_extra_argument_values_are_checked_against_the_option(inputs, expected):
 @pytest.mark.parametrize("inputs", [
     {"quant": "nvfp4", "engine": "trtllm", "extra_args": ["--max_batch_size", "64", "--max_num_tokens=8192"]},
     {"quant": "int4", "engine": "vllm", "extra_args": ["--dtype", "bfloat16"]},
+    {"quant": "int4", "engine": "vllm", "extra_args": ["--default-chat-template-kwargs", '{"thinking": true}']},
 ])
 def test_extra_argument_values_of_the_options_type_and_choices_pass(inputs):
     deployment = dm.resolve(inputs, [], require_revision=False)
