@@ -161,12 +161,17 @@ def main():
     if not 2 <= args.hosts <= 16:
         ap.error("--hosts (HOSTS=) must be 2 to 16, got %d" % args.hosts)
     os.makedirs(WORK, exist_ok=True)
-    key_file = os.path.join(WORK, "client-key")
-    if not os.path.exists(key_file):
-        with os.fdopen(os.open(key_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write("kimi-bench-" + os.urandom(24).hex() + "\n")
+    # The demo's site inputs read the client key and the metrics key (the host is its own monitoring host) from
+    # these files, as make demo's do.
+    key_files = {}
+    for name, prefix in (("client-key", "kimi-bench-"), ("metrics-key", "kimi-bench-metrics-")):
+        key_files[name] = os.path.join(WORK, name)
+        if not os.path.exists(key_files[name]):
+            with os.fdopen(os.open(key_files[name], os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+                f.write(prefix + os.urandom(24).hex() + "\n")
     env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
-               KIMI_DEMO_KEY_FILE=key_file, KIMI_DEMO_INSTANCE="kimi-bench-solo", KIMI_DEMO_PORT="18502",
+               KIMI_DEMO_KEY_FILE=key_files["client-key"], KIMI_DEMO_METRICS_KEY_FILE=key_files["metrics-key"],
+               KIMI_DEMO_INSTANCE="kimi-bench-solo", KIMI_DEMO_PORT="18502",
                ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks", PROFILE_TASKS_TASK_OUTPUT_LIMIT="all",
                ANSIBLE_CALLBACK_RESULT_FORMAT="json", PY_COLORS="0", ANSIBLE_FORCE_COLOR="0", NO_COLOR="1")
     env.pop("ANSIBLE_CONFIG", None)
