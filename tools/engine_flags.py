@@ -337,8 +337,9 @@ def dump_argparse(parser: argparse.ArgumentParser) -> tuple[dict, dict]:
             }
             if action.nargs not in (None, 0):
                 entry["nargs"] = action.nargs
-            if action.nargs != 0 and type_name(action.type):
-                entry["type"] = type_name(action.type)
+            kind = type_name(action.type) if action.nargs != 0 else None
+            if kind:
+                entry["type"] = kind
             entry["action"] = type(action).__name__
             if entry["action"].startswith("Deprecated"):
                 entry["deprecated"] = True

@@ -112,8 +112,9 @@ def options_table(data):
             values[spec["dest"]] = tuple(str(v) for v in allowed)
         if not spec.get("choices") and spec.get("valid_values"):
             at_start.add(spec["dest"])
-        if value_kind(spec):
-            types[spec["dest"]] = value_kind(spec)
+        kind = value_kind(spec)
+        if kind:
+            types[spec["dest"]] = kind
     for short, option in data.get("short_options", {}).items():
         dests[data["options"][option]["dest"]][1].add(short)
     behaviour = data.get("parser_behaviour", {})
@@ -215,7 +216,7 @@ def render_one(data):
     for dest, entry in sorted(table["values"].items()):
         lines.extend(_entry("        ", dest, entry))
     lines.append("    },")
-    lines.append("    'checked_at_start': (%s)," % "".join("%r, " % dest for dest in table["checked_at_start"]).rstrip())
+    lines.append("    'checked_at_start': %r," % (table["checked_at_start"],))
     lines.append("    'types': {")
     for dest, kind in sorted(table["types"].items()):
         lines.append("        %r: %r," % (dest, kind))

@@ -87,12 +87,13 @@ def _option(table, index, label, name, spelling, field="extra_args"):
     fail(field, spelling, None, why)
 
 
-KIND_WORDS = {"int": "an integer", "float": "a number", "json": "a JSON"}
+# The value types a flag list records (tools/gen_flag_modules.value_kind): the parser the engine applies, and its name.
+KINDS = {"int": (int, "an integer"), "float": (float, "a number"), "json": (json.loads, "a JSON")}
 
 
 def _parses(kind, value):
     try:
-        {"int": int, "float": float, "json": json.loads}[kind](value)
+        KINDS[kind][0](value)
     except ValueError:  # json.JSONDecodeError is a ValueError
         return False
     return True
@@ -112,7 +113,7 @@ def check_values(table, label, dest, name, spelling, given, field="extra_args"):
         if allowed and value not in allowed and not (loose and value.upper() in (a.upper() for a in allowed)):
             fail(field, spelled, allowed, "%s does not take %r (%s)" % (name, value, label))
         if kind and not _parses(kind, value):
-            fail(field, spelled, None, "%s takes %s value, not %r (%s)" % (name, KIND_WORDS[kind], value, label))
+            fail(field, spelled, None, "%s takes %s value, not %r (%s)" % (name, KINDS[kind][1], value, label))
 
 
 def check_extra(table, label, managed, extra, field="extra_args"):

@@ -495,7 +495,7 @@ OPTIONS = {
         ),
         'uvicorn_log_level': ('critical', 'debug', 'error', 'info', 'trace', 'warning'),
     },
-    'checked_at_start': ('reasoning_parser', 'speculative_config', 'tool_call_parser',),
+    'checked_at_start': ('reasoning_parser', 'speculative_config', 'tool_call_parser'),
     'types': {
         'allowed_headers': 'json',
         'allowed_methods': 'json',

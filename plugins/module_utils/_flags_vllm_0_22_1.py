@@ -611,7 +611,7 @@ OPTIONS = {
         ),
         'uvicorn_log_level': ('critical', 'debug', 'error', 'info', 'trace', 'warning'),
     },
-    'checked_at_start': ('attention_backend', 'quantization', 'reasoning_parser', 'tool_call_parser',),
+    'checked_at_start': ('attention_backend', 'quantization', 'reasoning_parser', 'tool_call_parser'),
     'types': {
         'allowed_headers': 'json',
         'allowed_methods': 'json',

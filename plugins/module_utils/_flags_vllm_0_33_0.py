@@ -674,7 +674,7 @@ OPTIONS = {
         'uvicorn_log_level': ('critical', 'debug', 'error', 'info', 'trace', 'warning'),
         'video_pruning_method': ('evs', 'vidcom2'),
     },
-    'checked_at_start': ('reasoning_parser', 'tool_call_parser',),
+    'checked_at_start': ('reasoning_parser', 'tool_call_parser'),
     'types': {
         'allowed_headers': 'json',
         'allowed_methods': 'json',
