@@ -17,7 +17,7 @@ written into a base config of its own). For each it times, with the profile_task
 It prints the figures, the time per stage from site.yml's own per-host summary, the ten slowest tasks of each run,
 and the ratios against their goals (issue 34): one host's no-op <= 10 s, first <= 50 s, switch's Ansible time
 <= 20 s; N hosts' no-op <= 2x one host's. It exits 0 whatever the ratios say (1 when a run fails) and writes the
-figures to bench/results/converge-<date>.json. `make bench-converge [HOSTS=N]` runs it.
+figures to bench/results/converge-<date>-<sizes>-host(s).json (e.g. -1-and-8-hosts). `make bench-converge [HOSTS=N]` runs it.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -236,7 +236,10 @@ def main():
             print("ten slowest tasks, %s, %s converge (profile_tasks)" % (name, label))
             for task, seconds in fleet[label]["slowest"]:
                 print("  %6.2f s  %s" % (seconds, task[:100]))
-    out = os.path.join(ROOT, "bench", "results", "converge-%s.json" % results["date"])
+    # Named by the fleets it holds: a run with --only does not overwrite another run's figures of the same day.
+    sizes = sorted(int(k) for k in results["fleets"])
+    out = os.path.join(ROOT, "bench", "results", "converge-%s-%s-host%s.json" % (
+        results["date"], "-and-".join(str(k) for k in sizes), "s" if sizes[-1] > 1 else ""))
     with open(out, "w") as f:
         json.dump(results, f, indent=1, sort_keys=True)
     print("\nfigures: %s" % os.path.relpath(out, ROOT))
