@@ -225,7 +225,9 @@ def test_site_stage_tags_keep_the_preflight():
     rc, out = playbook("-i", "inventories/example/hosts.yml", "site.yml", "--tags", "proxy", "--list-tasks",
                        "--vault-password-file", "inventories/example/vault-password.example")
     assert rc == 0, out
-    assert "Resolve the deployment" in out and "Check the VRAM fit" in out  # preflight always runs
+    # preflight always runs: the tasks of its imported resolution and VRAM-fit files are listed
+    assert "Resolve the deployment from the inputs and the GPUs" in out
+    assert "Check the GPUs can hold the deployment" in out
     assert "kimi.deploy.caddy_proxy : Check the proxy settings" in out
     assert "nvidia_host : Check the driver settings" not in out and "kimi_weights : Start the download" not in out
 
