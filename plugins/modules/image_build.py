@@ -165,7 +165,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kimi.deploy.plugins.module_utils._docker_api import (
-    DockerAPI, DockerAPIError, PullProgress, image_digest, json_stream, stream_error)
+    DockerAPI, DockerAPIError, image_digest, json_stream, stream_error)
+from ansible_collections.kimi.deploy.plugins.module_utils._docker_api import pull as docker_pull
 from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import atomic_write
 
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
@@ -201,20 +202,14 @@ class Job:
 
 def pull(api, job, ref):
     """Pull ref, logging and reporting layer progress."""
-    name, tag = ref, None
-    if "@" not in ref and ":" in ref.rsplit("/", 1)[-1]:
-        name, tag = ref.rsplit(":", 1)
     job.line("pulling %s" % ref)
-    progress = PullProgress()
-    response = api.request("POST", "/images/create", params={"fromImage": name, "tag": tag})
-    for document in json_stream(response):
-        error = stream_error(document)
-        if error:
-            raise DockerAPIError("pulling %s: %s" % (ref, error))
-        progress.add(document)
+
+    def show(document, progress):
         if document.get("status") and document.get("status") != "Downloading":
             job.line(" ".join(str(document.get(key)) for key in ("id", "status") if document.get(key)))
         job.progress("pulling", "%s: %s" % (ref, progress.line()))
+
+    progress = docker_pull(api, ref, show)
     job.line("pulled %s: %s" % (ref, progress.line()))
 
 

@@ -263,3 +263,36 @@ def test_only_a_unix_socket_is_accepted():
     assert api.socket_path("unix:///run/d.sock") == "/run/d.sock"
     with pytest.raises(api.DockerAPIError, match="only a unix socket"):
         api.socket_path("tcp://10.0.0.1:2375")
+
+
+def present_args(tmp_path, **more):
+    args = {"name": BASE, "docker_host": "unix://%s" % (tmp_path / "docker.sock")}
+    args.update(more)
+    return args
+
+
+def test_image_present_reads_a_present_image_in_one_request(tmp_path, daemon):
+    daemon.images[BASE] = {"Id": "sha256:" + "b" * 64, "RepoDigests": ["vllm/vllm-openai@" + DIGEST]}
+    out = run_module(os.path.join(MODULES, "image_present.py"), present_args(tmp_path))
+    assert not out["changed"] and out["present"] and not out["pulled"]
+    assert out["image_id"] == "sha256:" + "b" * 64 and out["digest"] == DIGEST
+    assert [(m, p) for m, p, q in daemon.requests] == [("GET", "/images/%s/json" % api.image_path(BASE))]
+
+
+def test_image_present_pulls_a_missing_image_and_check_mode_only_says_so(tmp_path, daemon):
+    module = os.path.join(MODULES, "image_present.py")
+    out = run_module(module, present_args(tmp_path), check_mode=True)
+    assert out["changed"] and not out["present"] and BASE not in daemon.images
+    out = run_module(module, present_args(tmp_path))
+    assert out["changed"] and out["pulled"] and out["present"] and out["digest"] == DIGEST
+    assert ("POST", "/images/create", "fromImage=vllm%2Fvllm-openai&tag=v0.22.1-cu130") in daemon.requests
+    assert not run_module(module, present_args(tmp_path))["changed"]
+
+
+def test_image_present_never_pulls_with_pull_never_and_names_the_image_and_the_hint(tmp_path, daemon):
+    module = os.path.join(MODULES, "image_present.py")
+    out = run_module(module, present_args(tmp_path, pull="never", hint="run site.yml with --tags image first"))
+    assert out.get("failed") and out["msg"] == ("%s is not on this host and is never pulled: run site.yml with --tags image "
+                                            "first" % BASE)
+    assert not run_module(module, present_args(tmp_path, pull="never"), check_mode=True).get("failed")
+    assert not [p for m, p, q in daemon.requests if p == "/images/create"]
