@@ -322,6 +322,24 @@ def test_site_refuses_a_replica_whose_hosts_resolve_different_deployments(tmp_pa
     assert_nothing_changed(out, "gpu1", "gpu2")
 
 
+def test_site_refuses_a_disaggregated_deployment_whose_roles_differ_in_kv_dtype(tmp_path):
+    """The decode instances read the KV cache as the prefill instances send it: a KV dtype that differs between the
+    roles is refused in preflight, on the router's host, before any change (moved here from molecule/pd, where a
+    whole site.yml run on two container hosts proved the same)."""
+    inventory = replica_inventory(tmp_path, [("p1", {"kimi_pd": "pd1", "kimi_pd_role": "prefill",
+                                                     "kimi_kv_cache_dtype": "auto"}),
+                                             ("d1", {"kimi_pd": "pd1", "kimi_pd_role": "decode",
+                                                     "kimi_kv_cache_dtype": "fp8_e4m3"})])
+    h200 = "@" + os.path.join(ROOT, "tests", "fixtures", "gpus", "h200-x8.json")
+    rc, out = playbook("-i", str(inventory), "site.yml", "-e", h200, "-e", "quant=int4", "-e", "engine=sglang",
+                       "-e", "kimi_int4_revision=" + SHA, "-e", STRONG_KEY)
+    assert rc != 0
+    assert ('kimi_kv_cache_dtype differs between the hosts of the disaggregated deployment: "auto" on p1 (prefill) '
+            'and "fp8_e4m3" on d1 (decode)') in re.sub(r"\s+", " ", out), out[-3000:]
+    assert "Nothing was changed" in out
+    assert_nothing_changed(out, "p1", "d1")
+
+
 def test_site_refuses_a_bad_fleet_serial_naming_the_variable(tmp_path):
     inventory = replica_inventory(tmp_path, [("gpu1", {}), ("gpu2", {})])
     rc, out = playbook("-i", str(inventory), "site.yml", "-e", RTX, "-e", "kimi_int4_revision=" + SHA,

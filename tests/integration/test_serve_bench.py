@@ -3,12 +3,13 @@ real aiperf 0.13.0 from .venv-bench drives the engine double (a process on loopb
 checks the API key (a private CA, as Caddy's internal one), and the fake hub's tokenizer files make the prompts.
 The double answers at once: the figures are meaningless, the pipeline is what is tested.
 
-Skipped only when .venv-bench/bin/aiperf is missing (make bench-client). About 50 s: five module runs with aiperf
-(one 3-level sweep, four of one level) and a few without."""
+Skipped only when .venv-bench/bin/aiperf is missing (make bench-client). About 60 s: six module runs with aiperf
+(one 3-level sweep, five of one level) and a few without."""
 import glob
 import http.client
 import json
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -244,6 +245,12 @@ def test_next_run_compares_with_the_last_run_and_the_gate_fails_below_min_ratio(
     time.sleep(1.1)  # a new second, a new result name
     check = run_module(MODULE, params(site, results, levels=[2]), check_mode=True)
     assert check["baseline"] == first["json_path"] and check["baseline_source"] == "last run"
+    # the next run compares itself with the last run of its identity and says so (make demo-bench prints the message)
+    second = run_module(MODULE, params(site, results, levels=[2]), timeout=200, keep_stdout=True)
+    assert second["baseline_source"] == "last run" and not second.get("failed")
+    assert re.search(r"ratio [0-9.]+ against the last run \(%s\)" % re.escape(first["json_path"]), second["message"]), \
+        second["message"]
+    time.sleep(1.1)
     gated = run_module(MODULE, params(site, results, levels=[2], baseline=str(baseline), min_ratio=0.9),
                        timeout=200, keep_stdout=True)
     assert gated["failed"] is True and gated["baseline_source"] == "given"
