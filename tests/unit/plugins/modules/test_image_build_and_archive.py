@@ -292,7 +292,7 @@ def test_image_present_pulls_a_missing_image_and_check_mode_only_says_so(tmp_pat
 def test_image_present_never_pulls_with_pull_never_and_names_the_image_and_the_hint(tmp_path, daemon):
     module = os.path.join(MODULES, "image_present.py")
     out = run_module(module, present_args(tmp_path, pull="never", hint="run site.yml with --tags image first"))
-    assert out.get("failed") and out["msg"] == ("%s is not on this host and is never pulled: run site.yml with --tags image "
-                                            "first" % BASE)
+    assert out.get("failed")
+    assert out["msg"] == "%s is not on this host and is never pulled: run site.yml with --tags image first" % BASE
     assert not run_module(module, present_args(tmp_path, pull="never"), check_mode=True).get("failed")
     assert not [p for m, p, q in daemon.requests if p == "/images/create"]
