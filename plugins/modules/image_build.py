@@ -165,8 +165,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kimi.deploy.plugins.module_utils._docker_api import (
-    DockerAPI, DockerAPIError, image_digest, json_stream, stream_error)
-from ansible_collections.kimi.deploy.plugins.module_utils._docker_api import pull as docker_pull
+    DockerAPI, DockerAPIError, image_digest, json_stream, pull as docker_pull, stream_error)
 from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import atomic_write
 
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")

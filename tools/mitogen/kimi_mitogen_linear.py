@@ -76,22 +76,22 @@ ansible_mitogen.module_finder.scan = scan
 _collection_dirs = None
 
 
-def _load_collections(invocation):
-    """Mitogen's _load_collections, with the installed collection folders listed once per controller process."""
+def collection_dirs():
+    """The installed collection folders, listed once per controller process (forked workers inherit the list)."""
     global _collection_dirs
     if _collection_dirs is None:
         _collection_dirs = [path.decode("utf-8") for path in ansible.collections.list.list_collection_dirs()]
-    invocation._extra_sys_paths.update(_collection_dirs)
+    return _collection_dirs
+
+
+def _load_collections(invocation):
+    """Mitogen's _load_collections, from the list above instead of a scan in each worker."""
+    invocation._extra_sys_paths.update(collection_dirs())
 
 
 ansible_mitogen.planner._load_collections = _load_collections
 
 _warmed = False
-
-
-class _NoInvocation:
-    def __init__(self):
-        self._extra_sys_paths = set()
 
 
 def warm():
@@ -103,7 +103,7 @@ def warm():
     _warmed = True
     from ansible.plugins.loader import action_loader, filter_loader, test_loader
     try:
-        _load_collections(_NoInvocation())
+        collection_dirs()
         for loader in (filter_loader, test_loader):
             loader._ensure_non_collection_wrappers()
         for _plugin in action_loader.all(class_only=True):
