@@ -149,8 +149,8 @@ worker.WorkerProcess.run = _worker_run_without_gc
 
 def code_cache_dir():
     """The folder of compiled Jinja code, or None when it is off or not private to this user (its files run as code)."""
-    path = os.environ.get("KIMI_JINJA_CODE_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "kimi-deploy",
-                                                                 "jinja-code"))
+    default = os.path.join(os.path.expanduser("~"), ".cache", "kimi-deploy", "jinja-code")
+    path = os.environ.get("KIMI_JINJA_CODE_CACHE", default)
     if not path:
         return None
     try:
@@ -204,7 +204,7 @@ def _write_code(folder, key, code):
 
 
 def _cached_compile(compile_):
-    def compile(self, source, name=None, filename=None, raw=False, defer_init=False):
+    def compile_cached(self, source, name=None, filename=None, raw=False, defer_init=False):
         folder = None if raw else code_cache_dir()
         if isinstance(source, str):
             what = ("template", source)
@@ -220,7 +220,7 @@ def _cached_compile(compile_):
             code = compile_(self, source, name, filename, raw, defer_init)
             _write_code(folder, key, code)
         return code
-    return compile
+    return compile_cached
 
 
 def _cached_compile_expression(compile_expression):
