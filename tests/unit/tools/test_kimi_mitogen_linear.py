@@ -55,7 +55,7 @@ def render(template, conditional):
 
 
 def cached_files(folder):
-    return sorted(os.path.join(d, f) for d, _, files in os.walk(folder) for f in files)
+    return sorted(os.path.join(d, f) for d, _dirs, files in os.walk(folder) for f in files)
 
 
 def test_compiled_jinja_is_kept_and_read_back_with_the_same_results(strategy, tmp_path, monkeypatch):
