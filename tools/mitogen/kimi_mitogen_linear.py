@@ -147,12 +147,20 @@ def _worker_run_without_gc(self):
 worker.WorkerProcess.run = _worker_run_without_gc
 
 
+_code_cache_dirs = {}
+
+
 def code_cache_dir():
-    """The folder of compiled Jinja code, or None when it is off or not private to this user (its files run as code)."""
+    """The folder of compiled Jinja code, or None when it is off or not private to this user (its files run as code).
+    Checked once per process and setting, not at every compile (workers inherit the controller's answer)."""
     default = os.path.join(os.path.expanduser("~"), ".cache", "kimi-deploy", "jinja-code")
     path = os.environ.get("KIMI_JINJA_CODE_CACHE", default)
-    if not path:
-        return None
+    if path not in _code_cache_dirs:
+        _code_cache_dirs[path] = _private_folder(path) if path else None
+    return _code_cache_dirs[path]
+
+
+def _private_folder(path):
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
         info = os.stat(path)
@@ -191,15 +199,15 @@ def _read_code(folder, key):
 
 
 def _write_code(folder, key, code):
+    """The collection's atomic write (a temporary file, renamed): a reader sees all of the code or none of it. Without
+    the collection importable, nothing is kept."""
     path = os.path.join(folder, key[:2], key)
-    try:  # written whole, then renamed: a reader sees all of it or nothing
+    try:
+        from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import atomic_write
         data = marshal.dumps(code)
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        partial = "%s.%d.partial" % (path, os.getpid())
-        with open(partial, "wb") as handle:
-            handle.write(data)
-        os.replace(partial, path)
-    except (OSError, ValueError):
+        atomic_write(path, data, mode=0o600, durable=False)
+    except (ImportError, OSError, ValueError):
         pass
 
 
