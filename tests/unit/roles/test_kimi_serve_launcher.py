@@ -197,3 +197,23 @@ def test_busy_npus_are_waited_for_from_npu_smis_process_table(tmp_path):
     assert "waiting for the NPUs to be free" in proc.stdout
     assert "the NPUs are still busy after 2s (WAIT_GPU_FREE): 632268, python3.1, 197 MiB" in proc.stderr
     assert not (tmp_path / "docker-run.argv").exists()
+
+
+def test_every_file_written_with_a_backup_is_restored_by_rollback_and_cleaned_by_commit():
+    """configure.yml keeps the previous content of each file it changes (backup: true); rollback.yml restores and
+    commit.yml removes what `_kimi_serve_written` lists. A write left out of that list piles up backups and is not
+    restored (devices.args on Ascend hosts was)."""
+    import yaml
+    role = os.path.join(ROOT, "roles", "kimi_serve")
+    with open(os.path.join(role, "tasks", "configure.yml")) as handle:
+        tasks = yaml.safe_load(handle)
+    backed_up = set()
+    for task in tasks:
+        for _module, args in task.items():
+            if isinstance(args, dict) and args.get("backup") is True:
+                backed_up.add(task["register"])
+    with open(os.path.join(role, "vars", "main.yml")) as handle:
+        written = yaml.safe_load(handle)["_kimi_serve_written"]
+    listed = set(name.strip() for name in
+                 __import__("re").findall(r"(__kimi_serve_\w+) \| default\(\{\}\)", written))
+    assert len(backed_up) >= 6 and backed_up == listed, (sorted(backed_up), sorted(listed))
