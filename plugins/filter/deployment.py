@@ -65,7 +65,7 @@ _value:
       elements: str
     checkpoint:
       description: C(repo_id), C(revision), C(revision_variable) (e.g. C(kimi_int4_revision)), C(format),
-        C(weights_bytes), C(disk_bytes_required).
+        C(weights_bytes).
       type: dict
     image:
       description: Pinned engine image (vLLM's NVFP4 is the locally built patched image), or C(kimi_engine_image).

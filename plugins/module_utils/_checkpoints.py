@@ -46,7 +46,6 @@ CHECKPOINTS = {
 QUANTS = tuple(sorted(CHECKPOINTS))
 
 MAX_CONTEXT = 262144  # the model's 256K window
-DEFAULT_DISK_BYTES = 650 * GB  # free space the weights disk needs for one variant plus slack
 
 # --- KV per token (MLA's latent KV: replicated on every tensor-parallel rank) ------------------------------------
 # Kimi-K2 geometry: 61 layers x (kv_lora_rank 512 + rope 64) latent values per token.

@@ -24,7 +24,7 @@ import re
 from ansible_collections.kimi.deploy.plugins.module_utils._accelerators import (
     PLATFORM_TITLES, SUMMARY_ERRORS, engine_for, platform_of, recommended, summarize)
 from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import (
-    CHECKPOINTS, DEFAULT_DISK_BYTES, KV_ELEMENT, MAX_CONTEXT, QUANTS)
+    CHECKPOINTS, KV_ELEMENT, MAX_CONTEXT, QUANTS)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines import (
     ENGINE_NAMES, ENGINES, build_of, builds_of, check_extra_args, command_for, engine_argv, engine_config, managed,
     parser_name, pinned_image, select_version)
@@ -526,7 +526,6 @@ def resolve(inputs, gpus=None, require_revision=True):
             "revision_variable": checkpoint["revision_variable"],
             "format": checkpoint["format"],
             "weights_bytes": checkpoint["weights_bytes"],
-            "disk_bytes_required": DEFAULT_DISK_BYTES,
         },
         "image": image,
         "image_is_local_build": quant in release["local_build"],
