@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -184,7 +183,7 @@ def run_play(tmp_path, strategy_name):
     proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
                              str(tmp_path / "hosts"), str(tmp_path / "play.yml"), "-e", "out=%s" % out],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output, _ = proc.communicate(timeout=300)
+    output = proc.communicate(timeout=300)[0]
     assert proc.returncode == 0, output
     seen = json.loads(out.read_text())
     return proc.pid, seen.pop("templated_by"), seen, output
