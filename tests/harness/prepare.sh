@@ -115,9 +115,12 @@ chroot_run() {  # chroot_run DIR CMD...: with /proc, the host resolv.conf and no
 	rm -f "$d/usr/sbin/policy-rc.d"
 	return $rc
 }
-finish_rootfs() {  # apt sources (main, updates, security), fresh lists, a clean identity
+finish_rootfs() {  # apt sources (main, updates, security), fresh lists, a clean identity, dpkg without fsync
 	local d=$1 suite=$2
 	rm -f "$d/etc/apt/sources.list"
+	# As Docker's official Debian images do: a test host is thrown away, so dpkg's fsync after every file it unpacks
+	# buys nothing here and cost ~2 s of each package install (0.2 s without).
+	echo force-unsafe-io >"$d/etc/dpkg/dpkg.cfg.d/kimi-test-unsafe-io"
 	cat >"$d/etc/apt/sources.list.d/debian.sources" <<-EOF
 		Types: deb
 		URIs: $MIRROR
@@ -133,9 +136,10 @@ finish_rootfs() {  # apt sources (main, updates, security), fresh lists, a clean
 	EOF
 	chroot_run "$d" apt-get update -qq
 	chroot_run "$d" apt-get clean
+	chroot_run "$d" apt-cache gencaches  # kept in the image: each host's first apt run built them (~2 s of CPU)
 	: >"$d/etc/machine-id"; rm -f "$d/var/lib/dbus/machine-id"
 	: >"$d/etc/resolv.conf"; echo localhost >"$d/etc/hostname"
-	rm -rf "$d"/tmp/* "$d"/var/tmp/* "$d"/var/log/*.log "$d"/var/cache/apt/*.bin
+	rm -rf "$d"/tmp/* "$d"/var/tmp/* "$d"/var/log/*.log
 }
 import_rootfs() {  # import_rootfs DIR IMAGE KEY
 	tar --numeric-owner --xattrs -C "$1" -c . | docker import \
@@ -167,8 +171,9 @@ build_derived() {  # build_derived PARENT_IMAGE IMAGE KEY PACKAGES...: parent + 
 	# shellcheck disable=SC2086  # a list of unit names
 	[ -z "${DISABLED_UNITS:-}" ] || chroot_run "$d" systemctl disable --quiet $DISABLED_UNITS
 	chroot_run "$d" apt-get clean
+	chroot_run "$d" apt-cache gencaches  # kept in the image: each host's first apt run built them (~2 s of CPU)
 	rm -f "$d/.dockerenv"; : >"$d/etc/resolv.conf"; echo localhost >"$d/etc/hostname"
-	rm -rf "$d"/tmp/* "$d"/var/tmp/* "$d"/var/log/*.log "$d"/var/cache/apt/*.bin
+	rm -rf "$d"/tmp/* "$d"/var/tmp/* "$d"/var/log/*.log
 	import_rootfs "$d" "$image" "$key"
 	rm -rf "$d"
 }
