@@ -215,13 +215,6 @@ def _needs_worker(*_args, **_kwargs):
     raise _NeedsWorker()
 
 
-class _InlineTaskExecutor(TaskExecutor):
-    def _get_loop_items(self):
-        if self._task.action not in CONTROLLER_ACTIONS and (self._task.loop_with or self._task.loop is not None):
-            raise _NeedsWorker()  # before a lookup runs: the worker evaluates the loop
-        return super(_InlineTaskExecutor, self)._get_loop_items()
-
-
 def run_inline(strategy, host, task, task_vars, play_context):
     """Run a task in the controller when it needs no worker: a controller-only action, or any task whose conditional
     is false. Returns False, having changed nothing the strategy sees, when the task needs a worker after all.
@@ -230,24 +223,25 @@ def run_inline(strategy, host, task, task_vars, play_context):
     converge of the demo host forked ~280 of them, ~190 for tasks that ran no module. Here the task runs on a copy
     (TaskExecutor finalizes the task's and its blocks' fields in place, which a worker does on its own copy) and its
     result goes through the same queue a worker's does."""
-    if TaskContext is None or (task.action not in CONTROLLER_ACTIONS and not task.when):
+    controller_only = task.action in CONTROLLER_ACTIONS
+    # A module task is tried here only for its conditional; one with a loop goes to a worker before any lookup runs.
+    if not (controller_only or (task.when and not task.loop_with and task.loop is None)):
         return False
     inline_task = task.copy()
-    if inline_task.action not in CONTROLLER_ACTIONS:
+    if not controller_only:
         # The conditional is evaluated before the task's final validation: reaching it means the module runs.
         inline_task.post_validate = _needs_worker
     inline_vars = dict(task_vars)
     # A loop's items reach the results thread while the task runs, and it looks the task up here.
     strategy._queued_task_cache[(host.name, task._uuid)] = {
         "host": host, "task": task, "task_vars": task_vars, "play_context": play_context}
-    if inline_task.action in CONTROLLER_ACTIONS:  # runs here for sure: announced first, as a worker's task is
+    if controller_only:  # runs here for sure: announced first, as a worker's task is
         strategy._tqm.send_callback("v2_runner_on_start", host, task)
     try:
         with TaskContext.create(task=inline_task, task_vars=inline_vars, host_name=host.name):
             inline_task.squash()
-            executor = _InlineTaskExecutor(host, play_context, strategy._loader,
-                                           plugin_loader.get_plugin_loader_namespace(), strategy._final_q,
-                                           strategy._variable_manager)
+            executor = TaskExecutor(host, play_context, strategy._loader, plugin_loader.get_plugin_loader_namespace(),
+                                    strategy._final_q, strategy._variable_manager)
             utr = executor.run()
             utr.finalize_registered_values()
     except _NeedsWorker:
@@ -255,7 +249,7 @@ def run_inline(strategy, host, task, task_vars, play_context):
     inline_task.__dict__.pop("post_validate", None)
     inline_task.ignore_errors = utr.ignore_errors
     inline_task.ignore_unreachable = utr.ignore_unreachable
-    if inline_task.action not in CONTROLLER_ACTIONS:
+    if not controller_only:
         strategy._tqm.send_callback("v2_runner_on_start", host, task)
     strategy._final_q.send_task_result(host, inline_task, utr)
     strategy._pending_results += 1
@@ -266,6 +260,7 @@ class ControllerSpeedups(object):
     """The strategy's part of the above; a mixin, so that kimi_mitogen_linear puts it before Mitogen's linear."""
 
     def run(self, iterator, play_context, *args, **kwargs):
+        self._kimi_inline = TaskContext is not None and os.environ.get("KIMI_INLINE_TASKS", "1") != "0"
         warm()
         # What the controller holds before the play's first fork is never collected in the workers (see above).
         gc.collect()
@@ -273,7 +268,7 @@ class ControllerSpeedups(object):
         return super(ControllerSpeedups, self).run(iterator, play_context, *args, **kwargs)
 
     def _queue_task(self, host, task, task_vars, play_context):
-        if os.environ.get("KIMI_INLINE_TASKS", "1") != "0" and run_inline(self, host, task, task_vars, play_context):
+        if getattr(self, "_kimi_inline", False) and run_inline(self, host, task, task_vars, play_context):
             return None
         return super(ControllerSpeedups, self)._queue_task(host, task, task_vars, play_context)
 

@@ -3,11 +3,13 @@ stand-ins for docker and nvidia-smi on PATH: the container gets exactly the imag
 and a hand-edited env file that disagrees with the prepared arguments is refused."""
 import json
 import os
+import re
 import stat
 import subprocess
 
 import jinja2
 import pytest
+import yaml
 
 from ansible_collections.kimi.deploy.plugins.module_utils import _deployment as dm
 
@@ -203,7 +205,6 @@ def test_every_file_written_with_a_backup_is_restored_by_rollback_and_cleaned_by
     """configure.yml keeps the previous content of each file it changes (backup: true); rollback.yml restores and
     commit.yml removes what `_kimi_serve_written` lists. A write left out of that list piles up backups and is not
     restored (devices.args on Ascend hosts was)."""
-    import yaml
     role = os.path.join(ROOT, "roles", "kimi_serve")
     with open(os.path.join(role, "tasks", "configure.yml")) as handle:
         tasks = yaml.safe_load(handle)
@@ -215,5 +216,5 @@ def test_every_file_written_with_a_backup_is_restored_by_rollback_and_cleaned_by
     with open(os.path.join(role, "vars", "main.yml")) as handle:
         written = yaml.safe_load(handle)["_kimi_serve_written"]
     listed = set(name.strip() for name in
-                 __import__("re").findall(r"(__kimi_serve_\w+) \| default\(\{\}\)", written))
+                 re.findall(r"(__kimi_serve_\w+) \| default\(\{\}\)", written))
     assert len(backed_up) >= 6 and backed_up == listed, (sorted(backed_up), sorted(listed))
