@@ -10,9 +10,12 @@
 #      $KIMI_DOCKERD_LOG); reuse a running one.
 #   3. Base images from debootstrap --variant=minbase + docker import, cached by a content key stored
 #      as the image label kimi.test.key:
-#        kimi-test/debian-systemd:bookworm, kimi-test/debian-systemd:trixie,
+#        kimi-test/debian-systemd:bookworm (the Debian 12 host of molecule/kimi_weights; not for the demo),
+#        kimi-test/debian-systemd:trixie,
 #        kimi-test/debian-systemd:trixie-docker  (trixie + docker.io, docker-cli, python3-docker, caddy, zstd baked in;
-#        caddy installed but disabled)
+#        caddy installed but disabled),
+#        kimi-test/debian-python:trixie  (trixie less apt's lists and caches, docs, man pages and locales: the base
+#        of the doubles' images, which every test host loads)
 #   4. The doubles, when their builders exist: the signed NVIDIA-double apt repo in $CACHE/apt and the
 #      engine-double images, saved together in $CACHE/engine-images.tar for `docker load` in nested engines.
 #   5. The routers' wheels (requirements-router.txt) with their dependencies for the trixie-docker instances'
@@ -32,6 +35,9 @@ SECURITY_MIRROR=${KIMI_TEST_SECURITY_MIRROR:-http://deb.debian.org/debian-securi
 DOCKERD_LOG=${KIMI_DOCKERD_LOG:-/var/log/kimi-dockerd.log}
 REBUILD=${KIMI_TEST_REBUILD:-0}
 IMAGE_REPO=kimi-test/debian-systemd
+DOUBLE_BASE=kimi-test/debian-python:trixie
+# what the doubles' base leaves out of trixie: they run python3 and bash, never apt, man or a locale
+DOUBLE_BASE_STRIP="var/lib/apt/lists/* var/cache/apt/* usr/share/doc/* usr/share/man/* usr/share/info/* usr/share/locale/*"
 BASE_PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,python3-debian,sudo,iproute2,procps,curl,ca-certificates,gpg
 # caddy, prometheus, prometheus-node-exporter, python3-venv, python3-packaging: the instances cannot reach an apt
 # mirror, so caddy_proxy, kimi_metrics, kimi_monitoring and kimi_router find their Debian packages already installed
@@ -207,6 +213,25 @@ ensure_docker_variant() {  # IMAGE_REPO:trixie-docker from IMAGE_REPO:trixie
 	drop_superseded "$old" "$IMAGE_REPO:trixie-docker"
 	status "built $key"
 }
+ensure_double_base() {  # DOUBLE_BASE from IMAGE_REPO:trixie: the same system, less what no double reads
+	local pkey key d c
+	pkey=$(image_label "$IMAGE_REPO:trixie" kimi.test.key)
+	key=$({ echo "$pkey|$DOUBLE_BASE_STRIP"; declare -f ensure_double_base import_rootfs; } | sha256sum | cut -c1-16)
+	if [ "$REBUILD" != 1 ] && [ "$(image_label "$DOUBLE_BASE" kimi.test.key)" = "$key" ]; then
+		status "cached $key"; return
+	fi
+	local old; old=$(image_id "$DOUBLE_BASE")
+	d=$(mktemp -d "$CACHE/rootfs-double.XXXX"); chmod 755 "$d"
+	c=$(docker create "$IMAGE_REPO:trixie")
+	docker export "$c" | tar --numeric-owner -C "$d" -x
+	docker rm "$c" >/dev/null
+	# shellcheck disable=SC2086  # a list of globs, expanded inside the rootfs
+	(cd "$d" && rm -rf $DOUBLE_BASE_STRIP .dockerenv)
+	import_rootfs "$d" "$DOUBLE_BASE" "$key"
+	rm -rf "$d"
+	drop_superseded "$old" "$DOUBLE_BASE"
+	status "built $key ($(docker image inspect -f '{{ .Size }}' "$DOUBLE_BASE" | awk '{ printf "%d MB", $1 / 1e6 }'))"
+}
 
 # ---------------------------------------------------------------- 4. doubles
 nvidia_repo() {  # build-repo.sh keeps its own content key (OUTDIR/.kimi-double-repo.stamp) and signing key
@@ -227,7 +252,7 @@ engine_images() {  # build-image.sh keeps its own content key (sources, flag fix
 	[ -x "$b" ] || { status "SKIPPED: $b missing"; return; }
 	ids() { for i in "${ENGINE_IMAGES[@]}"; do image_id "$i"; done | tr '\n' ' '; }
 	local before; before=$(ids)
-	"$b" "$IMAGE_REPO:bookworm" $([ "$REBUILD" = 1 ] && echo --force) >"$CACHE/build-image.log" 2>&1 9>&- ||
+	"$b" "$DOUBLE_BASE" $([ "$REBUILD" = 1 ] && echo --force) >"$CACHE/build-image.log" 2>&1 9>&- ||
 		{ tail -n 30 "$CACHE/build-image.log" >&2; return 1; }
 	for i in "${ENGINE_IMAGES[@]}"; do
 		[ -n "$(image_id "$i")" ] || { echo "build-image.sh did not make $i" >&2; return 1; }
@@ -278,8 +303,9 @@ leftovers
 # What a command needs (the demo needs less than the test suite):
 #   all   (default) everything below
 #   demo  the trixie-docker image, the NVIDIA doubles' repo and the engine doubles (make demo)
-# Independent builds run side by side (debootstrap waits on the mirror most of the time): bookworm then the engine
-# doubles built on it; trixie then trixie-docker; the NVIDIA repo and the router wheels.
+# Independent builds run side by side (debootstrap waits on the mirror most of the time): trixie, then trixie-docker
+# beside the doubles' base and the engine doubles built on it; bookworm (not for the demo); the NVIDIA repo and the
+# router wheels.
 WHAT=${1:-all}
 case $WHAT in all|demo) ;; *) echo "usage: $0 [all|demo]" >&2; exit 2 ;; esac
 RC=0
@@ -287,8 +313,16 @@ step "host packages" host_packages || RC=1
 step "docker engine" docker_engine || RC=1
 if [ $RC = 0 ]; then
 	pids=()
-	{ step "image $IMAGE_REPO:bookworm" ensure_base bookworm && step "engine double images" engine_images; } & pids+=($!)
-	{ step "image $IMAGE_REPO:trixie" ensure_base trixie && step "image $IMAGE_REPO:trixie-docker" ensure_docker_variant; } & pids+=($!)
+	if [ "$WHAT" = all ]; then { step "image $IMAGE_REPO:bookworm" ensure_base bookworm; } & pids+=($!); fi
+	{
+		step "image $IMAGE_REPO:trixie" ensure_base trixie &&
+			{
+				r=0
+				step "image $IMAGE_REPO:trixie-docker" ensure_docker_variant & p=$!
+				step "image $DOUBLE_BASE" ensure_double_base && step "engine double images" engine_images || r=1
+				wait $p && [ $r = 0 ]
+			}
+	} & pids+=($!)
 	{ step "nvidia doubles apt repo" nvidia_repo && if [ "$WHAT" = all ]; then step "router wheels" router_wheels; fi; } & pids+=($!)
 	for p in "${pids[@]}"; do wait "$p" || RC=1; done
 fi
