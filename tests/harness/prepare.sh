@@ -5,17 +5,17 @@
 #   KIMI_TEST_REBUILD=1 tests/harness/prepare.sh   # ignore every cache key, rebuild all
 #
 # Steps (each skipped when already done):
-#   1. apt-get install the host tools that are missing (docker.io, debootstrap, dpkg-dev, gpg, apt-utils).
+#   1. apt-get install the host tools that are missing (docker.io, mmdebstrap, dpkg-dev, gpg, apt-utils).
 #   2. Start a Docker engine when `docker info` does not answer (dockerd in the background, log in
 #      $KIMI_DOCKERD_LOG); reuse a running one.
-#   3. Base images from debootstrap --variant=minbase + docker import, cached by a content key stored
-#      as the image label kimi.test.key:
+#   3. Images, each from one `mmdebstrap --variant=minbase` + docker import, side by side, cached by a content key
+#      stored as the image label kimi.test.key:
 #        kimi-test/debian-systemd:bookworm (the Debian 12 host of molecule/kimi_weights; not for the demo),
-#        kimi-test/debian-systemd:trixie,
-#        kimi-test/debian-systemd:trixie-docker  (trixie + docker.io, docker-cli, python3-docker, caddy, zstd baked in;
-#        caddy installed but disabled),
-#        kimi-test/debian-python:trixie  (trixie less apt's lists and caches, docs, man pages and locales: the base
-#        of the doubles' images, which every test host loads)
+#        kimi-test/debian-systemd:trixie (not for the demo),
+#        kimi-test/debian-systemd:trixie-docker  (the trixie packages + docker.io, docker-cli, python3-docker, caddy,
+#        zstd, prometheus, ...; their services installed but disabled),
+#        kimi-test/debian-python:trixie  (minbase + python3, no docs, man pages, locales or apt lists: the base of the
+#        doubles' images, which every test host loads)
 #   4. The doubles, when their builders exist: the signed NVIDIA-double apt repo in $CACHE/apt and the
 #      engine-double images, saved together in $CACHE/engine-images.tar for `docker load` in nested engines.
 #   5. The routers' wheels (requirements-router.txt) with their dependencies for the trixie-docker instances'
@@ -35,9 +35,9 @@ SECURITY_MIRROR=${KIMI_TEST_SECURITY_MIRROR:-http://deb.debian.org/debian-securi
 DOCKERD_LOG=${KIMI_DOCKERD_LOG:-/var/log/kimi-dockerd.log}
 REBUILD=${KIMI_TEST_REBUILD:-0}
 IMAGE_REPO=kimi-test/debian-systemd
+# the doubles' base, which every test host loads: they run python3 and sh, never systemd, apt, man or a locale
 DOUBLE_BASE=kimi-test/debian-python:trixie
-# what the doubles' base leaves out of trixie: they run python3 and bash, never apt, man or a locale
-DOUBLE_BASE_STRIP="var/lib/apt/lists/* var/cache/apt/* usr/share/doc/* usr/share/man/* usr/share/info/* usr/share/locale/*"
+DOUBLE_BASE_PACKAGES=python3
 BASE_PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,python3-debian,sudo,iproute2,procps,curl,ca-certificates,gpg
 # caddy, prometheus, prometheus-node-exporter, python3-venv, python3-packaging: the instances cannot reach an apt
 # mirror, so caddy_proxy, kimi_metrics, kimi_monitoring and kimi_router find their Debian packages already installed
@@ -51,7 +51,7 @@ ENGINE_IMAGES=(kimi-double/sglang:v0.5.12.post1-cu130 kimi-double/vllm-openai:v0
 	kimi-double/tensorrt-llm:1.3.0rc17 kimi-double/vllm-ascend:v0.20.2rc1-a3
 	kimi-double/sglang-ascend:v0.5.13.post1-cann9.0.0-a3
 	kimi-double/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04 kimi-double/npu-exporter:v26.1.0-ubuntu22.04)
-HOST_PACKAGES=(docker.io debootstrap dpkg-dev gpg apt-utils)
+HOST_PACKAGES=(docker.io mmdebstrap dpkg-dev gpg apt-utils)
 
 mkdir -p "$CACHE"
 T0=${KIMI_PREPARE_T0:-$EPOCHREALTIME}
@@ -143,6 +143,9 @@ finish_rootfs() {  # apt sources (main, updates, security), fresh lists, a clean
 	chroot_run "$d" apt-get update -qq
 	chroot_run "$d" apt-get clean
 	chroot_run "$d" apt-cache gencaches  # kept in the image: each host's first apt run built them (~2 s of CPU)
+}
+clean_identity() {  # no machine id, resolver or hostname of the build, no logs or temporary files
+	local d=$1
 	: >"$d/etc/machine-id"; rm -f "$d/var/lib/dbus/machine-id"
 	: >"$d/etc/resolv.conf"; echo localhost >"$d/etc/hostname"
 	rm -rf "$d"/tmp/* "$d"/var/tmp/* "$d"/var/log/*.log
@@ -153,84 +156,40 @@ import_rootfs() {  # import_rootfs DIR IMAGE KEY
 		-c "LABEL kimi.test.key=$3" -c "LABEL org.opencontainers.image.source=kimi.deploy/tests/harness" \
 		- "$2" >/dev/null
 }
-build_base() {  # build_base SUITE KEY
-	local suite=$1 key=$2 d
+build_image() {  # build_image KEY IMAGE SUITE PACKAGES [DISABLED_UNITS] [lean]
+	# One mmdebstrap run (apt resolves and downloads in parallel, one dpkg run: 34 s for trixie where debootstrap took
+	# 88 s), every package of the image included, so no image waits on another.
+	local key=$1 image=$2 suite=$3 packages=$4 disabled=${5:-} lean=${6:-} d p opts=() log
+	log=$CACHE/mmdebstrap-$(echo "${image#*/}" | tr ':/' '--').log
 	d=$(mktemp -d "$CACHE/rootfs-$suite.XXXX"); chmod 755 "$d"
-	log "debootstrap $suite (minbase + $BASE_PACKAGES)"
-	debootstrap --variant=minbase --components=main --include="$BASE_PACKAGES" \
-		"$suite" "$d" "$MIRROR" >"$CACHE/debootstrap-$suite.log" 2>&1 ||
-		{ tail -n 20 "$CACHE/debootstrap-$suite.log" >&2; rm -rf "$d"; return 1; }
-	finish_rootfs "$d" "$suite"
-	import_rootfs "$d" "$IMAGE_REPO:$suite" "$key"
-	rm -rf "$d"
-}
-build_derived() {  # build_derived PARENT_IMAGE IMAGE KEY PACKAGES...: parent + apt packages, one image
-	local parent=$1 image=$2 key=$3 d c; shift 3
-	d=$(mktemp -d "$CACHE/rootfs-derived.XXXX"); chmod 755 "$d"
-	c=$(docker create "$parent")
-	docker export "$c" | tar --numeric-owner -C "$d" -x
-	docker rm "$c" >/dev/null
-	log "chroot apt-get install $* -> $image"
-	chroot_run "$d" apt-get update -qq
-	chroot_run "$d" apt-get install -y -qq --no-install-recommends "$@" >"$CACHE/chroot-apt.log" 2>&1 ||
-		{ tail -n 20 "$CACHE/chroot-apt.log" >&2; return 1; }
+	if [ "$lean" = lean ]; then  # docs, man pages and locales never unpacked
+		for p in doc man info locale; do opts+=("--dpkgopt=path-exclude=/usr/share/$p/*"); done
+	fi
+	log "mmdebstrap $suite (minbase + $packages) -> $image"
+	mmdebstrap --variant=minbase --components=main --include="$packages" "${opts[@]}" "$suite" "$d" "$MIRROR" \
+		>"$log" 2>&1 || { tail -n 20 "$log" >&2; rm -rf "$d"; return 1; }
 	# shellcheck disable=SC2086  # a list of unit names
-	[ -z "${DISABLED_UNITS:-}" ] || chroot_run "$d" systemctl disable --quiet $DISABLED_UNITS
-	chroot_run "$d" apt-get clean
-	chroot_run "$d" apt-cache gencaches  # kept in the image: each host's first apt run built them (~2 s of CPU)
-	rm -f "$d/.dockerenv"; : >"$d/etc/resolv.conf"; echo localhost >"$d/etc/hostname"
-	rm -rf "$d"/tmp/* "$d"/var/tmp/* "$d"/var/log/*.log
+	[ -z "$disabled" ] || chroot_run "$d" systemctl disable --quiet $disabled
+	# apt's lists only where a test installs packages (the lean image is the doubles' base: python3, nothing else)
+	[ "$lean" = lean ] || finish_rootfs "$d" "$suite"
+	clean_identity "$d"
 	import_rootfs "$d" "$image" "$key"
 	rm -rf "$d"
-}
-base_key() {  # the recipe: suite, mirrors, packages and the code of the build functions
-	{ echo "$1|$MIRROR|$SECURITY_MIRROR|$BASE_PACKAGES"; declare -f chroot_run finish_rootfs import_rootfs build_base; } |
-		sha256sum | cut -c1-16
 }
 drop_superseded() {  # drop_superseded OLD_ID IMAGE: remove the image that IMAGE replaced, if unused
 	[ -n "$1" ] && [ "$1" != "$(image_id "$2")" ] && docker image rm "$1" >/dev/null 2>&1 || true
 }
-ensure_base() {  # ensure_base SUITE
-	local key; key=$(base_key "$1")
-	if [ "$REBUILD" != 1 ] && [ "$(image_label "$IMAGE_REPO:$1" kimi.test.key)" = "$key" ]; then
+ensure_image() {  # ensure_image IMAGE SUITE PACKAGES [DISABLED_UNITS] [lean]: cached by its recipe (label kimi.test.key)
+	local image=$1 key old
+	key=$({ echo "$*|$MIRROR|$SECURITY_MIRROR"; declare -f chroot_run finish_rootfs clean_identity import_rootfs build_image; } |
+		sha256sum | cut -c1-16)
+	if [ "$REBUILD" != 1 ] && [ "$(image_label "$image" kimi.test.key)" = "$key" ]; then
 		status "cached $key"; return
 	fi
-	local old; old=$(image_id "$IMAGE_REPO:$1")
-	build_base "$1" "$key"
-	drop_superseded "$old" "$IMAGE_REPO:$1"
-	status "built $key"
-}
-ensure_docker_variant() {  # IMAGE_REPO:trixie-docker from IMAGE_REPO:trixie
-	local pkey key
-	pkey=$(image_label "$IMAGE_REPO:trixie" kimi.test.key)
-	key=$({ echo "$pkey|$DOCKER_PACKAGES|$DOCKER_DISABLED_UNITS"; declare -f build_derived chroot_run import_rootfs; } | sha256sum | cut -c1-16)
-	if [ "$REBUILD" != 1 ] && [ "$(image_label "$IMAGE_REPO:trixie-docker" kimi.test.key)" = "$key" ]; then
-		status "cached $key"; return
-	fi
-	local old; old=$(image_id "$IMAGE_REPO:trixie-docker")
-	# shellcheck disable=SC2086
-	DISABLED_UNITS=$DOCKER_DISABLED_UNITS build_derived "$IMAGE_REPO:trixie" "$IMAGE_REPO:trixie-docker" "$key" $DOCKER_PACKAGES
-	drop_superseded "$old" "$IMAGE_REPO:trixie-docker"
-	status "built $key"
-}
-ensure_double_base() {  # DOUBLE_BASE from IMAGE_REPO:trixie: the same system, less what no double reads
-	local pkey key d c
-	pkey=$(image_label "$IMAGE_REPO:trixie" kimi.test.key)
-	key=$({ echo "$pkey|$DOUBLE_BASE_STRIP"; declare -f ensure_double_base import_rootfs; } | sha256sum | cut -c1-16)
-	if [ "$REBUILD" != 1 ] && [ "$(image_label "$DOUBLE_BASE" kimi.test.key)" = "$key" ]; then
-		status "cached $key"; return
-	fi
-	local old; old=$(image_id "$DOUBLE_BASE")
-	d=$(mktemp -d "$CACHE/rootfs-double.XXXX"); chmod 755 "$d"
-	c=$(docker create "$IMAGE_REPO:trixie")
-	docker export "$c" | tar --numeric-owner -C "$d" -x
-	docker rm "$c" >/dev/null
-	# shellcheck disable=SC2086  # a list of globs, expanded inside the rootfs
-	(cd "$d" && rm -rf $DOUBLE_BASE_STRIP .dockerenv)
-	import_rootfs "$d" "$DOUBLE_BASE" "$key"
-	rm -rf "$d"
-	drop_superseded "$old" "$DOUBLE_BASE"
-	status "built $key ($(docker image inspect -f '{{ .Size }}' "$DOUBLE_BASE" | awk '{ printf "%d MB", $1 / 1e6 }'))"
+	old=$(image_id "$image")
+	build_image "$key" "$@"
+	drop_superseded "$old" "$image"
+	status "built $key ($(docker image inspect -f '{{ .Size }}' "$image" | awk '{ printf "%d MB", $1 / 1e6 }'))"
 }
 
 # ---------------------------------------------------------------- 4. doubles
@@ -302,10 +261,9 @@ leftovers
 
 # What a command needs (the demo needs less than the test suite):
 #   all   (default) everything below
-#   demo  the trixie-docker image, the NVIDIA doubles' repo and the engine doubles (make demo)
-# Independent builds run side by side (debootstrap waits on the mirror most of the time): trixie, then trixie-docker
-# beside the doubles' base and the engine doubles built on it; bookworm (not for the demo); the NVIDIA repo and the
-# router wheels.
+#   demo  the trixie-docker image, the NVIDIA doubles' repo, the doubles' base and the engine doubles (make demo)
+# Every image is built side by side with the others (mmdebstrap waits on the mirror part of the time), the engine
+# doubles after their base, the router wheels after the NVIDIA repo.
 WHAT=${1:-all}
 case $WHAT in all|demo) ;; *) echo "usage: $0 [all|demo]" >&2; exit 2 ;; esac
 RC=0
@@ -313,16 +271,14 @@ step "host packages" host_packages || RC=1
 step "docker engine" docker_engine || RC=1
 if [ $RC = 0 ]; then
 	pids=()
-	if [ "$WHAT" = all ]; then { step "image $IMAGE_REPO:bookworm" ensure_base bookworm; } & pids+=($!); fi
-	{
-		step "image $IMAGE_REPO:trixie" ensure_base trixie &&
-			{
-				r=0
-				step "image $IMAGE_REPO:trixie-docker" ensure_docker_variant & p=$!
-				step "image $DOUBLE_BASE" ensure_double_base && step "engine double images" engine_images || r=1
-				wait $p && [ $r = 0 ]
-			}
-	} & pids+=($!)
+	if [ "$WHAT" = all ]; then
+		step "image $IMAGE_REPO:bookworm" ensure_image "$IMAGE_REPO:bookworm" bookworm "$BASE_PACKAGES" & pids+=($!)
+		step "image $IMAGE_REPO:trixie" ensure_image "$IMAGE_REPO:trixie" trixie "$BASE_PACKAGES" & pids+=($!)
+	fi
+	step "image $IMAGE_REPO:trixie-docker" ensure_image "$IMAGE_REPO:trixie-docker" trixie \
+		"$BASE_PACKAGES,${DOCKER_PACKAGES// /,}" "$DOCKER_DISABLED_UNITS" & pids+=($!)
+	{ step "image $DOUBLE_BASE" ensure_image "$DOUBLE_BASE" trixie "$DOUBLE_BASE_PACKAGES" "" lean &&
+		step "engine double images" engine_images; } & pids+=($!)
 	{ step "nvidia doubles apt repo" nvidia_repo && if [ "$WHAT" = all ]; then step "router wheels" router_wheels; fi; } & pids+=($!)
 	for p in "${pids[@]}"; do wait "$p" || RC=1; done
 fi
