@@ -112,7 +112,7 @@ join() {  # wait for the background steps: each gets its row; a failed one count
   done
 }
 
-# What the static checks do not need is set up beside them: the test images (prepare.sh: debootstrap, docker builds)
+# What the static checks do not need is set up beside them: the test images (prepare.sh: mmdebstrap, docker builds)
 # and the client virtualenvs (mostly downloads): the benchmark client (aiperf in .venv-bench; the bench tests and the
 # e2e's bench gate), the PD routers (.venv-router) and the documentation toolchain (.venv-docs; the docs site test).
 rm -f "$out"/setup-*
