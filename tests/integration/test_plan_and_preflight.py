@@ -5,6 +5,7 @@ import re
 import subprocess
 
 import pytest
+import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(ROOT, ".venv", "bin")
@@ -320,6 +321,26 @@ def test_site_refuses_a_replica_whose_hosts_resolve_different_deployments(tmp_pa
     assert rc != 0
     assert "Replica r1: gpu2 resolved another deployment than its head gpu1" in re.sub(r"\s+", " ", out), out[-3000:]
     assert_nothing_changed(out, "gpu1", "gpu2")
+
+
+def test_every_play_that_resolves_the_deployment_checks_the_groups_after_it():
+    """The replica and PD agreement checks run wherever a deployment is resolved: in preflight, and again in the play
+    that resolves hosts whose driver was just installed (before it, bare hosts had no GPU facts and could not differ:
+    two replica members with different GPUs were never compared)."""
+    with open(os.path.join(ROOT, "playbooks", "site.yml")) as handle:
+        plays = yaml.safe_load(handle)
+
+    def files(tasks):
+        return [os.path.basename(str(t.get("ansible.builtin.include_tasks") or t.get("ansible.builtin.import_tasks")))
+                for t in tasks if "ansible.builtin.include_tasks" in t or "ansible.builtin.import_tasks" in t]
+
+    resolving = [play for play in plays if "resolve_deployment.yml" in files(play.get("tasks", []))]
+    assert len(resolving) == 2, [play["name"] for play in resolving]
+    for play in resolving:
+        order = files(play["tasks"])
+        assert "check_groups.yml" in order, play["name"]
+        assert order.index("check_groups.yml") > order.index("resolve_deployment.yml"), play["name"]
+        assert "vars/site.yml" in play.get("vars_files", []), play["name"]  # the wording the checks' messages use
 
 
 def test_site_refuses_a_disaggregated_deployment_whose_roles_differ_in_kv_dtype(tmp_path):
