@@ -78,10 +78,10 @@ def parse_size(text):
 
 
 def human(count):
-    """The collection's one byte formatter (_hf_cache.human_size, decimal units), as the module and job_progress print."""
+    """The collection's one byte formatter (_files.human_size, decimal units), as the module and job_progress print."""
     if COLLECTIONS not in sys.path:
         sys.path.insert(0, COLLECTIONS)
-    from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import human_size  # pylint: disable=import-error
+    from ansible_collections.kimi.deploy.plugins.module_utils._files import human_size  # pylint: disable=import-error
     return human_size(count)
 
 

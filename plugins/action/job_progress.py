@@ -16,7 +16,7 @@ import time
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import human_size
+from ansible_collections.kimi.deploy.plugins.module_utils._files import human_size
 
 display = Display()
 

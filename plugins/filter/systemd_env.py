@@ -53,6 +53,7 @@ _value:
 import re
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.kimi.deploy.plugins.module_utils._inputs import CONTROL_RE, control_name
 
 NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
 FORBIDDEN = "#'\"`\\"
@@ -62,8 +63,9 @@ def _value_problem(value):
     for char in value:
         if char in FORBIDDEN:
             return "holds %r" % char
-        if ord(char) < 32 or ord(char) == 127:
-            return "holds a control character (%r)" % char
+    control = CONTROL_RE.search(value)  # the collection's one rule: C0, DEL, C1 and the Unicode line separators
+    if control:
+        return "holds %s, a control character" % control_name(control.group())
     if value != value.strip():
         return "has leading or trailing space"
     return None

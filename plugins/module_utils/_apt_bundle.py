@@ -44,7 +44,7 @@ except ImportError:  # pragma: no cover - Python 2
     from urllib import unquote  # pylint: disable=ansible-bad-import-from
     from urlparse import urlsplit  # pylint: disable=ansible-bad-import-from
 
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import fsync_folder
+from ansible_collections.kimi.deploy.plugins.module_utils._files import atomic_output, fsync_folder
 
 ORIGIN = "kimi.deploy bundle"
 KEY_FILE = "kimi-bundle-archive-keyring"
@@ -493,17 +493,9 @@ def link_or_copy(src, dst):
 
 
 def copy_atomic(src, dst):
-    """Copy src to dst through a temporary name in dst's folder."""
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(dst) + ".", suffix=".tmp", dir=os.path.dirname(dst))
-    try:
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as handle:
-            shutil.copyfileobj(handle, out, READ_SIZE)
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, dst)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Copy src to dst whole (through a temporary name in dst's folder)."""
+    with atomic_output(dst, durable=False) as out, open(src, "rb") as handle:
+        shutil.copyfileobj(handle, out, READ_SIZE)
 
 
 def local_path(uri):

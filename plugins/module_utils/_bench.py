@@ -24,7 +24,6 @@ import os
 import re
 import sys
 
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import atomic_write
 
 CLIENT = "aiperf"
 SCHEMA = "kimi.deploy/bench/1"
@@ -349,11 +348,6 @@ def load_summary(path):
     if not isinstance(data, dict) or not isinstance(data.get("levels"), list):
         raise BenchError("%s is not a serve_bench result (no levels list)" % path)
     return data
-
-
-def write_atomic(path, data):
-    """Write bytes or text (UTF-8) to path atomically (_hf_cache.atomic_write: a temporary file, fsync, rename)."""
-    atomic_write(path, data if isinstance(data, bytes) else data.encode("utf-8"))
 
 
 # ---- the plot -------------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ import time
 
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import atomic_write
+from ansible_collections.kimi.deploy.plugins.module_utils._files import atomic_write
 
 FORMAT = "kimi.deploy/bundle-manifest/1"
 RECORD_FORMAT = "kimi.deploy/bundle-record/1"

@@ -23,6 +23,8 @@ import time
 from urllib.parse import quote, urlencode
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
+# The daemon option of every module that uses this API (its documentation: doc_fragments/docker_daemon.py).
+DAEMON_ARGUMENT_SPEC = {"docker_host": {"type": "str"}}
 READ_SIZE = 1 << 20
 
 

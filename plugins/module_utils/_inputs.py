@@ -38,7 +38,6 @@ VARIABLES = {
     "revision": "kimi_<quant>_revision",
     "image": "kimi_engine_image",
     "pp": "kimi_pipeline_parallel",
-    "dp": "kimi_data_parallel",
     "nodes": "kimi_replica (the hosts that share it)",
     "node_rank": "kimi_replica (the host's place among the replica's hosts, in inventory order)",
     "head_address": "kimi_replica_head_address",
@@ -85,7 +84,7 @@ def fail(field, value, allowed, why=None):
 CONTROL_RE = re.compile(u"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
-def _control_name(char):
+def control_name(char):
     names = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab", "\x00": "a NUL",
              u"\u2028": "a Unicode line separator", u"\u2029": "a Unicode paragraph separator", u"\x85": "a NEL"}
     return names.get(char, "the control character U+%04X" % ord(char))
@@ -106,7 +105,7 @@ def check_no_control(field, value, where=""):
         if match:
             fail(field, value, None, "%s holds %s at character %d: no control character may be in a value that "
                  "becomes an argument, a unit line, a YAML value or a line of a file"
-                 % (where or "the value", _control_name(match.group()), match.start()))
+                 % (where or "the value", control_name(match.group()), match.start()))
     return value
 
 

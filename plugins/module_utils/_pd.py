@@ -22,6 +22,7 @@ import re
 
 from ansible_collections.kimi.deploy.plugins.module_utils._inputs import (
     DeploymentError, check_choice, check_int, check_text, fail, is_unset)
+from ansible_collections.kimi.deploy.plugins.module_utils import _ports
 from ansible_collections.kimi.deploy.plugins.module_utils._routers import ROUTERS, router_argv
 
 ROLES = ("prefill", "decode")
@@ -221,12 +222,13 @@ def resolve_pd(pd, spec, version, deployment, warnings):
     metrics_port = DEFAULT_ROUTER_METRICS_PORT if is_unset(metrics_port) else check_int(
         "pd_router_metrics_port", metrics_port, 1, 65535)
     port = deployment["port"]
-    taken = {port: "the engine port (kimi_engine_port)"}
-    for field, value in (("pd_bootstrap_port", bootstrap), ("pd_router_port", router_port),
-                         ("pd_router_metrics_port", metrics_port)):
-        if value in taken and (field != "pd_bootstrap_port" or data.get("bootstrap")):
-            fail(field, value, ["a port other than %d (%s)" % (value, taken[value])])
-        taken[value] = field
+    # The PD ports against the engine's and each other, by the host ports' one rule (_ports.check); the resolve
+    # action checks them again with the roles' ports of each host.
+    variables = ["kimi_engine_port"] + (["kimi_pd_bootstrap_port"] if data.get("bootstrap") else []) + [
+        "kimi_pd_router_port", "kimi_pd_router_metrics_port"]
+    values = {"kimi_engine_port": port, "kimi_pd_bootstrap_port": bootstrap, "kimi_pd_router_port": router_port,
+              "kimi_pd_router_metrics_port": metrics_port}
+    _ports.check([(values[v], v, _ports.LISTENERS[v]) for v in variables])
     for inst in instances:
         inst["port"] = inst["port"] or port
         inst["url"] = "http://%s:%d" % (("[%s]" % inst["address"]) if ":" in inst["address"] else inst["address"],

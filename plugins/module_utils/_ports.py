@@ -15,6 +15,15 @@ __metaclass__ = type
 
 from ansible_collections.kimi.deploy.plugins.module_utils._inputs import check_int, fail
 
+# What listens on each of the deployment's own ports, by the variable that moves it.
+LISTENERS = {
+    "kimi_engine_port": "the engine's API",
+    "kimi_replica_port": "the replica's rendezvous on its head",
+    "kimi_pd_bootstrap_port": "the PD bootstrap server",
+    "kimi_pd_router_port": "the PD router",
+    "kimi_pd_router_metrics_port": "the PD router's metrics",
+}
+
 # variable: (the role whose defaults/main.yml declares it, what listens there, the group its hosts are in or None)
 ROLE_PORTS = {
     "caddy_proxy_https_port": ("caddy_proxy", "Caddy's HTTPS listener", None),
@@ -38,13 +47,13 @@ def role_port(variable, value):
 
 def deployment_ports(deployment):
     """[(port, variable, what)] the resolved deployment opens on this host."""
-    uses = [(deployment["port"], "kimi_engine_port", "the engine's API")]
+    uses = [(deployment["port"], "kimi_engine_port", LISTENERS["kimi_engine_port"])]
     if deployment.get("nodes", 1) > 1 and deployment.get("node_rank", 0) == 0:
-        uses.append((deployment["dist_port"], "kimi_replica_port", "the replica's rendezvous on its head"))
+        uses.append((deployment["dist_port"], "kimi_replica_port", LISTENERS["kimi_replica_port"]))
     pd = deployment.get("pd")
     if pd:
         if pd.get("bootstrap_port") and pd.get("role") == "prefill":  # SGLang's prefill serves it; a decode dials it
-            uses.append((pd["bootstrap_port"], "kimi_pd_bootstrap_port", "the PD bootstrap server"))
+            uses.append((pd["bootstrap_port"], "kimi_pd_bootstrap_port", LISTENERS["kimi_pd_bootstrap_port"]))
         # the KV transfer's own listeners, fixed by the collection (no variable moves them): kimi_pd names them
         side_channel = (pd.get("container_env") or {}).get("VLLM_NIXL_SIDE_CHANNEL_PORT")
         if side_channel:
@@ -54,9 +63,10 @@ def deployment_ports(deployment):
             uses.append((int(kv_port), "kimi_pd", "the Mooncake connector's KV port"))
         router = pd.get("router") or {}
         if router.get("is_here"):
-            uses.append((router["port"], "kimi_pd_router_port", "the PD router"))
+            uses.append((router["port"], "kimi_pd_router_port", LISTENERS["kimi_pd_router_port"]))
             if router.get("metrics_url", "").startswith("http://127.0.0.1:%d/" % router.get("metrics_port", 0)):
-                uses.append((router["metrics_port"], "kimi_pd_router_metrics_port", "the PD router's metrics"))
+                uses.append((router["metrics_port"], "kimi_pd_router_metrics_port",
+                             LISTENERS["kimi_pd_router_metrics_port"]))
     return uses
 
 

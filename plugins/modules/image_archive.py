@@ -23,6 +23,7 @@ description:
   - Fleets and air-gapped sites build once and load everywhere else.
 version_added: 0.2.0
 author: kimi.deploy maintainers (@kimi-deploy)
+extends_documentation_fragment: [kimi.deploy.docker_daemon]
 options:
   name:
     description: The image reference, C(repository:tag).
@@ -41,9 +42,6 @@ options:
     description: zstd compression level for O(state=saved).
     type: int
     default: 3
-  docker_host:
-    description: The daemon's socket, C(unix://PATH); default C($DOCKER_HOST), else C(unix:///var/run/docker.sock).
-    type: str
   timeout:
     description: Seconds the daemon may stay silent.
     type: int
@@ -105,14 +103,13 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kimi.deploy.plugins.module_utils._docker_api import (
-    READ_SIZE, DockerAPI, DockerAPIError, image_path, json_stream, stream_error)
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import atomic_write, fsync_folder
+    DAEMON_ARGUMENT_SPEC, READ_SIZE, DockerAPI, DockerAPIError, image_path, json_stream, stream_error)
+from ansible_collections.kimi.deploy.plugins.module_utils._files import atomic_output, atomic_write
 
 
 def record_path(path):
@@ -150,33 +147,21 @@ def pump(source, sink, errors):
 
 
 def save(api, zstd, name, path, level):
-    """docker save NAME | zstd > PATH, atomically; returns the archive's size."""
-    folder = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    """docker save NAME | zstd > PATH, whole or not at all (_files.atomic_output); returns the archive's size."""
     errors = []
-    try:
+    with atomic_output(path, sync_folder=True) as out:
         response = api.request("GET", "/images/%s/get" % image_path(name))
-        with os.fdopen(fd, "wb") as out:
-            # A pipe that streams many GB: AnsibleModule.run_command collects whole outputs in memory.
-            proc = subprocess.Popen(  # pylint: disable=ansible-bad-function
-                [zstd, "-q", "-T0", "-%d" % level, "-c"], stdin=subprocess.PIPE, stdout=out, stderr=subprocess.PIPE)
-            feeder = threading.Thread(target=pump, args=(response, proc.stdin, errors))
-            feeder.start()
-            stderr = proc.stderr.read()
-            feeder.join()
-            if proc.wait() != 0 or errors:
-                raise DockerAPIError("docker save %s | zstd failed: %s" % (
-                    name, stderr.decode("utf-8", "replace").strip() or errors))
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-        fsync_folder(folder)
-        return os.path.getsize(path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        # A pipe that streams many GB: AnsibleModule.run_command collects whole outputs in memory.
+        proc = subprocess.Popen(  # pylint: disable=ansible-bad-function
+            [zstd, "-q", "-T0", "-%d" % level, "-c"], stdin=subprocess.PIPE, stdout=out, stderr=subprocess.PIPE)
+        feeder = threading.Thread(target=pump, args=(response, proc.stdin, errors))
+        feeder.start()
+        stderr = proc.stderr.read()
+        feeder.join()
+        if proc.wait() != 0 or errors:
+            raise DockerAPIError("docker save %s | zstd failed: %s" % (
+                name, stderr.decode("utf-8", "replace").strip() or errors))
+    return os.path.getsize(path)
 
 
 def load(api, zstd, path):
@@ -207,7 +192,7 @@ def main():
             path=dict(type="path", required=True),
             state=dict(type="str", choices=["saved", "loaded"], default="saved"),
             level=dict(type="int", default=3),
-            docker_host=dict(type="str"),
+            **DAEMON_ARGUMENT_SPEC,
             timeout=dict(type="int", default=3600),
         ),
         supports_check_mode=True,

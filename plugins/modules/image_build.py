@@ -25,6 +25,7 @@ description:
   - Always builds; the caller decides whether a build is needed. Check mode reports a build without running it.
 version_added: 0.2.0
 author: kimi.deploy maintainers (@kimi-deploy)
+extends_documentation_fragment: [kimi.deploy.docker_daemon]
 options:
   name:
     description: The image reference to tag the result with, C(repository:tag).
@@ -70,9 +71,6 @@ options:
   progress_file:
     description: JSON progress file on the host, for M(kimi.deploy.job_progress).
     type: path
-  docker_host:
-    description: The daemon's socket, C(unix://PATH); default C($DOCKER_HOST), else C(unix:///var/run/docker.sock).
-    type: str
   timeout:
     description: Seconds the daemon may stay silent before the build is abandoned.
     type: int
@@ -165,8 +163,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kimi.deploy.plugins.module_utils._docker_api import (
-    DockerAPI, DockerAPIError, image_digest, json_stream, pull as docker_pull, stream_error)
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import atomic_write
+    DAEMON_ARGUMENT_SPEC, DockerAPI, DockerAPIError, image_digest, json_stream, pull as docker_pull, stream_error)
+from ansible_collections.kimi.deploy.plugins.module_utils._files import atomic_write
 
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
@@ -273,7 +271,7 @@ def main():
             pull_base=dict(type="str", choices=["missing", "never"], default="missing"),
             log_file=dict(type="path", required=True),
             progress_file=dict(type="path"),
-            docker_host=dict(type="str"),
+            **DAEMON_ARGUMENT_SPEC,
             timeout=dict(type="int", default=3600),
         ),
         supports_check_mode=True,

@@ -19,6 +19,7 @@ description:
     standard library, where community.docker's modules import the Docker SDK on the host for each task.
 version_added: 0.3.0
 author: kimi.deploy maintainers (@kimi-deploy)
+extends_documentation_fragment: [kimi.deploy.docker_daemon]
 options:
   name:
     description: The image reference, C(repository:tag) or C(repository@sha256:...).
@@ -33,9 +34,6 @@ options:
     description: What to do about a missing image that is never pulled, appended to the failure.
     type: str
     default: ""
-  docker_host:
-    description: The daemon's socket, C(unix://PATH); default C($DOCKER_HOST), else C(unix:///var/run/docker.sock).
-    type: str
   timeout:
     description: Seconds the daemon may stay silent during a pull.
     type: int
@@ -89,7 +87,7 @@ pulled:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kimi.deploy.plugins.module_utils._docker_api import (
-    DockerAPI, DockerAPIError, image_digest, pull)
+    DAEMON_ARGUMENT_SPEC, DockerAPI, DockerAPIError, image_digest, pull)
 
 
 def main():
@@ -98,7 +96,7 @@ def main():
             name=dict(type="str", required=True),
             pull=dict(type="str", choices=["missing", "never"], default="missing"),
             hint=dict(type="str", default=""),
-            docker_host=dict(type="str"),
+            **DAEMON_ARGUMENT_SPEC,
             timeout=dict(type="int", default=3600),
         ),
         supports_check_mode=True,

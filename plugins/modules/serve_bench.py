@@ -248,8 +248,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kimi.deploy.plugins.module_utils._bench import (
     API_KEY_ENV, BenchError, build_argv, build_config, compare, find_last_run, load_summary, measured, parse_results,
-    plot_command, plot_png, interpreter_of, render_config, result_stem, summarize, sweep_plan, write_atomic,
+    plot_command, plot_png, interpreter_of, render_config, result_stem, summarize, sweep_plan,
 )
+from ansible_collections.kimi.deploy.plugins.module_utils._files import atomic_write
 
 KILL_GRACE_S = 15
 # aiperf runs from its own virtualenv: an inherited PYTHONPATH (the controller's, or a test's) would put another
@@ -377,7 +378,7 @@ class Bench(object):
                     raise BenchError("plotting with %s failed (rc %s): %s" % (
                         python, proc.returncode, proc.stderr.decode("utf-8", "replace")[-500:]))
                 png = proc.stdout
-            write_atomic(self.png_path, png)
+            atomic_write(self.png_path, png)
             return self.png_path
         except (BenchError, OSError, ValueError, RuntimeError, subprocess.SubprocessError) as exc:
             self.warnings.append("no plot: %s" % exc)
@@ -401,7 +402,7 @@ class Bench(object):
             return None, out
 
         os.makedirs(self.artifact_dir)
-        write_atomic(self.config_path, render_config(config))
+        atomic_write(self.config_path, render_config(config))
         code, seconds = self.run_aiperf(argv)
         plan = sweep_plan(config)
         levels = parse_results(self.artifact_dir, plan, base=self.result_dir)
@@ -410,7 +411,7 @@ class Bench(object):
                             exit_code=code)
         summary["complete"] = code is not None and all(lv["artifacts"] for lv in levels)
         comparison = compare(summary, base)
-        write_atomic(self.json_path, json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        atomic_write(self.json_path, json.dumps(summary, indent=2, sort_keys=True) + "\n")
         out.update(changed=True, summary=summary, comparison=comparison, ratio=comparison["ratio"],
                    png_path=self.plot(summary, base))
         out["message"] = self.message(summary, comparison, base_path, source)

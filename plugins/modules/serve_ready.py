@@ -216,7 +216,7 @@ from urllib.request import ProxyHandler, Request, build_opener
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kimi.deploy.plugins.module_utils import _engine_log
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import atomic_write
+from ansible_collections.kimi.deploy.plugins.module_utils._files import atomic_write
 
 HTTP_TIMEOUT = 5
 CURSOR_PREFIX = "-- cursor: "

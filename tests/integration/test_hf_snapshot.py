@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import human_size
+from ansible_collections.kimi.deploy.plugins.module_utils._files import human_size
 
 from hfsnap_helpers import (
     MiB, assert_snapshot_matches, blob_path, body_requests, expected_etag, fake_hub, flip_byte, leftovers, manifest,

@@ -150,7 +150,7 @@ def _write_code(folder, key, code):
     the collection importable, nothing is kept."""
     path = os.path.join(folder, key[:2], key)
     try:
-        from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import atomic_write
+        from ansible_collections.kimi.deploy.plugins.module_utils._files import atomic_write
         data = marshal.dumps(code)
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         atomic_write(path, data, mode=0o600, durable=False)

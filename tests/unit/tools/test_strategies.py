@@ -40,20 +40,20 @@ def scan(strategy, name):
 
 def test_the_scan_lists_the_collection_module_utils_a_module_imports(strategy):
     found = scan(strategy, "serve_ready")
-    # `from ...module_utils import _engine_log` and `from ...module_utils._hf_cache import atomic_write`
-    for name in ("_engine_log", "_hf_cache"):
+    # `from ...module_utils import _engine_log` and `from ...module_utils._files import atomic_write`
+    for name in ("_engine_log", "_files"):
         assert MODULE_UTILS + name in found
         assert found[MODULE_UTILS + name][1].endswith("plugins/module_utils/%s.py" % name)
     # a name imported from a module is not a module
-    assert MODULE_UTILS + "_hf_cache.atomic_write" not in found
+    assert MODULE_UTILS + "_files.atomic_write" not in found
 
 
 def test_the_scan_follows_imports_of_imports(strategy):
-    # serve_bench imports _bench, which imports _hf_cache; serve_bench itself does not
-    with open(os.path.join(ROOT, "plugins", "modules", "serve_bench.py")) as handle:
-        assert "_hf_cache" not in handle.read()
-    found = scan(strategy, "serve_bench")
-    assert {MODULE_UTILS + "_bench", MODULE_UTILS + "_hf_cache"} <= set(found)
+    # hf_snapshot imports _hf_cache, which imports _files; hf_snapshot itself does not
+    with open(os.path.join(ROOT, "plugins", "modules", "hf_snapshot.py")) as handle:
+        assert "module_utils._files" not in handle.read()
+    found = scan(strategy, "hf_snapshot")
+    assert {MODULE_UTILS + "_hf_cache", MODULE_UTILS + "_files"} <= set(found)
 
 
 def test_the_strategy_patches_mitogens_scan(strategy):

@@ -20,7 +20,9 @@ def test_renders_bare_values_in_order():
     ("'/data/hf'", "holds \"'\""),
     ('"/data/hf"', "holds '\"'"),
     ("/data/hf\\x", "holds '\\\\'"),
-    ("/data/hf\nEVIL=1", "control character"),
+    ("/data/hf\nEVIL=1", "holds a newline, a control character"),
+    ("/data/hf\x85EVIL=1", "holds a NEL, a control character"),
+    ("/data/hf\u2028EVIL=1", "holds a Unicode line separator, a control character"),
     ("/data/hf ", "leading or trailing space"),
     (" /data/hf", "leading or trailing space"),
 ])

@@ -12,6 +12,7 @@ import pytest
 
 from ansible_collections.kimi.deploy.plugins.module_utils import _bench
 from ansible_collections.kimi.deploy.plugins.module_utils._bench import BenchError
+from ansible_collections.kimi.deploy.plugins.module_utils._files import atomic_write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "bench")
@@ -192,8 +193,8 @@ def test_result_names_and_atomic_writes(tmp_path):
     assert _bench.result_stem("gpu-01", "int4-vllm", "20261124T221911Z") == "gpu-01-int4-vllm-20261124T221911Z"
     assert _bench.result_stem("gpu 01/a", "nvfp4:trtllm", "S") == "gpu_01_a-nvfp4_trtllm-S"
     target = tmp_path / "x.json"
-    _bench.write_atomic(str(target), "one")
-    _bench.write_atomic(str(target), b"two")
+    atomic_write(str(target), "one")
+    atomic_write(str(target), b"two")
     assert target.read_bytes() == b"two" and os.listdir(str(tmp_path)) == ["x.json"]
     with pytest.raises(BenchError, match="not a serve_bench result"):
         (tmp_path / "y.json").write_text("{}")
@@ -222,7 +223,7 @@ def test_plot_is_a_png_with_and_without_baseline(tmp_path):
     for data in pngs:
         assert png_size(data) == (1200, 480)
     assert pngs[0] != pngs[1]
-    _bench.write_atomic(str(tmp_path / "p.png"), pngs[1])
+    atomic_write(str(tmp_path / "p.png"), pngs[1])
     assert png_size((tmp_path / "p.png").read_bytes()) == (1200, 480)
 
 

@@ -1,5 +1,5 @@
-"""The cache layout and CacheWriter (_hf_cache): pointers, patterns, hashing, atomic writes, hf_home, the disk rule,
-owner and mode, the byte formatter."""
+"""The cache layout and CacheWriter (_hf_cache): pointers, patterns, hashing, hf_home, the disk rule, owner and mode
+(its files land through _files: test_files.py)."""
 import hashlib
 import os
 
@@ -26,17 +26,6 @@ def test_git_blob_hash_matches_git(tmp_path):
     path.write_bytes(b"hello\n")
     # `printf 'hello\n' | git hash-object --stdin`
     assert cache.hash_file(str(path), "sha1", 6) == "ce013625030ba8dba906f756967f9e9ca394464a"
-
-
-def test_atomic_write_leaves_no_temporary_file(tmp_path):
-    cache.atomic_write(str(tmp_path / "refs"), b"x" * 40, mode=0o640)
-    assert os.listdir(str(tmp_path)) == ["refs"]
-    assert oct(os.stat(str(tmp_path / "refs")).st_mode & 0o777) == "0o640"
-
-
-def test_human_size_is_the_one_decimal_formatter():
-    assert [cache.human_size(n) for n in (0, 999, 1000, 1.5e9, 595e9, 12e15, None)] == [
-        "0.0 B", "999.0 B", "1.0 KB", "1.5 GB", "595.0 GB", "12000.0 TB", "0.0 B"]
 
 
 # ------------------------------------------------------------------------------------------------ hf_home
