@@ -69,7 +69,7 @@ build_and_install() {  # the built tarball installs, its plugins load and its pl
   tmp=$(mktemp -d)
   ansible-galaxy collection build --force --output-path "$tmp" . >/dev/null &&
     ansible-galaxy collection install --offline --force -p "$tmp/installed" "$tmp"/kimi-deploy-*.tar.gz >/dev/null &&
-    ANSIBLE_COLLECTIONS_PATH=$tmp/installed ansible-doc -t filter kimi.deploy.engine_flags >/dev/null &&
+    ANSIBLE_COLLECTIONS_PATH=$tmp/installed ansible-doc -t filter kimi.deploy.deployment >/dev/null &&
     (cd "$tmp" && env -u ANSIBLE_CONFIG ANSIBLE_COLLECTIONS_PATH="$tmp/installed" ansible-playbook kimi.deploy.plan \
       -e quant=int4 -e engine=sglang -e @"$root/tests/fixtures/gpus/rtx-pro-6000-x8.json" | grep 'identity: int4-sglang' >/dev/null) &&
     (cd "$tmp" && env -u ANSIBLE_CONFIG ANSIBLE_COLLECTIONS_PATH="$tmp/installed" ansible-playbook kimi.deploy.site \
