@@ -5,7 +5,7 @@
 
 The deployment's own ports come from the resolved deployment (the engine, the replica's rendezvous on its head, the
 PD bootstrap server and the PD router); the roles' ports are role variables whose defaults live in the roles'
-defaults/main.yml (ROLE_PORTS names the role; the resolve_deployment action reads the default from there).
+defaults/main.yml (ROLE_PORTS names the role; the deployment action reads the default from there).
 Private to kimi.deploy.
 """
 

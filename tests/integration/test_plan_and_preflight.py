@@ -226,8 +226,8 @@ def test_site_stage_tags_keep_the_preflight():
     rc, out = playbook("-i", "inventories/example/hosts.yml", "site.yml", "--tags", "proxy", "--list-tasks",
                        "--vault-password-file", "inventories/example/vault-password.example")
     assert rc == 0, out
-    # preflight always runs: the tasks of its imported resolution and VRAM-fit files are listed
-    assert "Resolve the deployment from the inputs and the GPUs" in out
+    # preflight always runs: the resolution and the tasks of its imported VRAM-fit file are listed
+    assert "Resolve the deployment" in out and "Check the hosts of this host's replica resolved the same" in out
     assert "Check the GPUs can hold the deployment" in out
     assert "kimi.deploy.caddy_proxy : Check the proxy settings" in out
     assert "nvidia_host : Check the driver settings" not in out and "kimi_weights : Start the download" not in out
@@ -330,16 +330,22 @@ def test_every_play_that_resolves_the_deployment_checks_the_groups_after_it():
     with open(os.path.join(ROOT, "playbooks", "site.yml")) as handle:
         plays = yaml.safe_load(handle)
 
-    def files(tasks):
-        return [os.path.basename(str(t.get("ansible.builtin.include_tasks") or t.get("ansible.builtin.import_tasks")))
-                for t in tasks if "ansible.builtin.include_tasks" in t or "ansible.builtin.import_tasks" in t]
+    def steps(tasks):
+        out = []
+        for task in tasks:
+            if "kimi.deploy.deployment" in task:
+                out.append("resolve")
+            included = task.get("ansible.builtin.include_tasks") or task.get("ansible.builtin.import_tasks")
+            if included:
+                out.append(os.path.basename(str(included)))
+        return out
 
-    resolving = [play for play in plays if "resolve_deployment.yml" in files(play.get("tasks", []))]
+    resolving = [play for play in plays if "resolve" in steps(play.get("tasks", []))]
     assert len(resolving) == 2, [play["name"] for play in resolving]
     for play in resolving:
-        order = files(play["tasks"])
+        order = steps(play["tasks"])
         assert "check_groups.yml" in order, play["name"]
-        assert order.index("check_groups.yml") > order.index("resolve_deployment.yml"), play["name"]
+        assert order.index("check_groups.yml") > order.index("resolve"), play["name"]
         assert "vars/site.yml" in play.get("vars_files", []), play["name"]  # the wording the checks' messages use
 
 

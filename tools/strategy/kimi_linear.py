@@ -203,7 +203,8 @@ if _jinja_bits is not None and hasattr(_jinja_bits, "_TEMPLATE_OVERRIDE_FIELD_NA
 # and group_by do, through the inventory RPC that the strategy loop serves, so they are not here).
 CONTROLLER_ACTIONS = frozenset(
     C._ACTION_SET_FACT + C._ACTION_DEBUG + C._ACTION_ALL_INCLUDE_ROLE_TASKS
-    + add_internal_fqcns(("assert", "fail", "validate_argument_spec")))
+    + add_internal_fqcns(("assert", "fail", "validate_argument_spec"))
+    + ["kimi.deploy.deployment"])  # the collection's resolver: an action that reads variables and sets facts
 
 
 class _NeedsWorker(BaseException):

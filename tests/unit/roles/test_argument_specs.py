@@ -5,6 +5,9 @@ import re
 import pytest
 import yaml
 
+from ansible_collections.kimi.deploy.plugins.module_utils import _site
+from ansible_collections.kimi.deploy.plugins.module_utils._inputs import VARIABLES
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 ROLES = sorted(d for d in os.listdir(os.path.join(ROOT, "roles")) if not d.startswith("."))
 
@@ -50,7 +53,7 @@ def test_defaults_and_argument_specs_agree(role):
             elif name in defaults:
                 assert option.get("default") == defaults[name], "%s: default of %s differs" % (role, name)
             assert option.get("description"), "%s: %s is undocumented" % (role, name)
-    # Set where the deployment is resolved (playbooks/tasks/resolve_deployment.yml), not defaulted by a role.
+    # Set where the deployment is resolved (the kimi.deploy.deployment action), not defaulted by a role.
     assert set(defaults) == documented - {"kimi_deployment", "kimi_replica_members"}
     for name in defaults:
         assert name.startswith(role + "_"), "%s: variable %s lacks the role prefix" % (role, name)
@@ -82,9 +85,10 @@ def test_host_roles_know_nothing_about_kimi(role):
 def test_site_inputs_are_documented_in_one_spec():
     with open(os.path.join(ROOT, "playbooks", "vars", "site_argument_specs.yml")) as handle:
         options = yaml.safe_load(handle)["argument_specs"]["site"]["options"]
-    with open(os.path.join(ROOT, "playbooks", "tasks", "resolve_deployment.yml")) as handle:
-        resolve = handle.read()
-    read = set(re.findall(r"\b(quant|engine|kimi_[a-z0-9_]+) \| default", resolve)) - {"kimi_image", "kimi_require_revision"}
+    # Every variable the deployment action reads for a host (the one map, _inputs.VARIABLES, through _site's fields).
+    read = set(VARIABLES[field] for field in list(_site.FIELDS) + ["pd_" + key for key in _site.PD_SETTINGS]
+               + ["head_address", "pd_rdma_devices", "pd_role", "pd_address"])
+    read |= set("kimi_%s_revision" % quant for quant in _site.QUANTS) | {"kimi_replica", "kimi_pd"}
     assert read <= set(options), "site inputs read but not documented: %s" % sorted(read - set(options))
     for name, spec in options.items():
         assert spec.get("description"), "site input %s is undocumented" % name

@@ -1,0 +1,97 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""kimi.deploy.deployment: the one way `kimi_deployment` is made. Reads this host's site variables and its groups'
+hostvars, resolves the deployment on the controller and sets the facts kimi_deployment, kimi_replica_members and
+kimi_pd_members; a refusal is the task's one clean message."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import yaml
+from ansible.plugins.action import ActionBase, VariableLayer
+from ansible_collections.kimi.deploy.plugins.module_utils import _ports, _site
+from ansible_collections.kimi.deploy.plugins.module_utils._deployment import DeploymentError, resolve
+
+ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
+
+
+@functools.lru_cache(maxsize=None)
+def role_defaults(role):
+    """The role's defaults/main.yml (where its variables are declared), read once per run, not per host and port."""
+    with open(os.path.join(ROLES, role, "defaults", "main.yml")) as handle:
+        return yaml.safe_load(handle) or {}
+
+
+def role_default(role, variable):
+    return role_defaults(role).get(variable)
+
+
+def role_ports(values, groups):
+    """[(port, variable, what)] of the roles on this host: `values` are the variables' values where set (else None:
+    the role's default); a port of a group's role only on that group's hosts."""
+    uses = []
+    for variable, (role, what, group) in _ports.ROLE_PORTS.items():
+        if group and group not in groups:
+            continue
+        value = (values or {}).get(variable)
+        uses.append((_ports.role_port(variable, role_default(role, variable) if value in (None, "") else value),
+                     variable, what))
+    return uses
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _VALID_ARGS = frozenset(("gpus", "require_revision", "plan_hosts", "pd_plan"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = self._task.args
+        unknown = sorted(set(args) - self._VALID_ARGS)
+        if unknown:
+            return dict(result, failed=True, msg="kimi.deploy.deployment: unknown argument(s) %s" % unknown)
+        me = task_vars["inventory_hostname"]
+        hostvars = task_vars.get("hostvars") or {}
+
+        def get(host, variable):
+            """A host's value of a variable, templated; this host's from the task's variables (play vars too)."""
+            if host == me:
+                return self._templar.template(task_vars[variable]) if variable in task_vars else _site.MISSING
+            facts = hostvars[host] if host in hostvars else {}
+            return facts[variable] if variable in facts else _site.MISSING
+
+        servers = list((task_vars.get("groups") or {}).get("kimi_servers") or [])
+        gpus = args.get("gpus")
+        if gpus is None:
+            facts = task_vars.get("ansible_facts") or {}
+            given = get(me, "kimi_gpus")  # given (-e @profile.json, inventory), else what the facts modules read
+            gpus = given if given is not _site.MISSING else facts.get("ascend_npus") or facts.get("nvidia_gpus") or []
+        require_revision = args.get("require_revision")
+        if require_revision is None:
+            require_revision = _site.value(get, me, "kimi_require_revision", True)
+        warnings = []
+        if get(me, _site.OLD_IMAGE) is not _site.MISSING and get(me, "kimi_engine_image") is _site.MISSING:
+            warnings.append("DEPRECATION: kimi_image is deprecated (it is also the name of the role that builds the "
+                            "NVFP4 image) and will be removed in kimi.deploy 1.0.0; set kimi_engine_image instead. "
+                            "Using kimi_image=%s for now." % get(me, _site.OLD_IMAGE))
+        try:
+            inputs = _site.inputs(get, me, servers, plan_hosts=args.get("plan_hosts"), pd_plan=args.get("pd_plan"))
+            deployment = resolve(inputs, gpus, require_revision=bool(require_revision))
+            # The roles' ports beside the deployment's, one table: no two users of one port on this host.
+            values = dict((variable, get(me, variable)) for variable in _ports.ROLE_PORTS
+                          if get(me, variable) is not _site.MISSING)
+            uses = [(p["port"], p["variable"], p["what"]) for p in deployment["ports"]]
+            uses = _ports.check(uses + role_ports(values, task_vars.get("group_names", [])))
+            deployment["ports"] = [{"port": p, "variable": v, "what": w} for p, v, w in uses]
+        except DeploymentError as refused:
+            # One line, first: the refusal names the variable, the reason and the allowed values.
+            return dict(result, failed=True, msg="kimi.deploy: %s" % refused, warnings=warnings)
+        facts = {"kimi_deployment": deployment,
+                 "kimi_replica_members": _site.replica_members(get, me, servers),
+                 "kimi_pd_members": _site.pd_members(get, me, servers)}
+        self.register_host_variables(facts, VariableLayer.EPHEMERAL_FACT)  # as set_fact does
+        return dict(result, changed=False, deployment=deployment, warnings=warnings)

@@ -1,0 +1,71 @@
+"""_site: a host's site variables as the model's inputs, and the hosts of its replica and disaggregated deployment,
+from the inventory's variables (what the kimi.deploy.deployment action reads)."""
+import pytest
+
+from ansible_collections.kimi.deploy.plugins.module_utils import _site
+from ansible_collections.kimi.deploy.plugins.module_utils._inputs import DeploymentError
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def getter(hostvars):
+    return lambda host, name: hostvars.get(host, {}).get(name, _site.MISSING)
+
+
+def test_a_host_alone_is_a_replica_of_one_with_the_defaults():
+    get = getter({"gpu1": {"quant": "int4", "kimi_int4_revision": SHA}})
+    inputs = _site.inputs(get, "gpu1", ["gpu1"])
+    assert inputs["quant"] == "int4" and inputs["engine"] == "auto" and inputs["extra_args"] == []
+    assert inputs["revisions"] == {"int4": SHA, "nvfp4": None, "w4a8": None}
+    assert "nodes" not in inputs and "pd" not in inputs
+    assert _site.replica_members(get, "gpu1", ["gpu1"]) == ["gpu1"] and _site.pd_members(get, "gpu1", ["gpu1"]) == []
+
+
+def test_replica_members_in_inventory_order_the_first_the_head():
+    hostvars = {"a": {"kimi_replica": "r2"}, "b": {"kimi_replica": "r1", "ansible_host": "10.0.0.2"},
+                "c": {"kimi_replica": "r1"}, "d": {}}
+    get = getter(hostvars)
+    servers = ["a", "b", "c", "d"]
+    assert _site.replica_members(get, "c", servers) == ["b", "c"]
+    inputs = _site.inputs(get, "c", servers)
+    assert (inputs["nodes"], inputs["node_rank"], inputs["head_address"]) == (2, 1, "10.0.0.2")
+    hostvars["c"]["kimi_replica_head_address"] = "192.168.1.2"
+    assert _site.inputs(get, "c", servers)["head_address"] == "192.168.1.2"
+
+
+def test_pd_members_with_their_address_replica_port_and_rdma_devices():
+    hostvars = {
+        "p1": {"kimi_pd": "pd1", "kimi_pd_role": "prefill", "ansible_host": "10.0.0.11",
+               "_kimi_pd_rdma_found": {"files": [{"path": "/sys/class/infiniband/mlx5_1"},
+                                                 {"path": "/sys/class/infiniband/mlx5_0"}]}},
+        "d1": {"kimi_pd": "pd1", "kimi_pd_role": "decode", "kimi_pd_address": "192.168.0.21",
+               "ansible_host": "10.0.0.21", "kimi_pd_rdma_devices": ["none"], "kimi_replica": "r",
+               "kimi_engine_port": 31000, "kimi_pd_router_port": 8100},
+        "x": {"kimi_pd": "other", "kimi_pd_role": "decode"},
+    }
+    get = getter(hostvars)
+    servers = ["p1", "x", "d1"]
+    assert _site.pd_members(get, "d1", servers) == ["p1", "d1"]
+    pd = _site.inputs(get, "d1", servers)["pd"]
+    assert pd["name"] == "pd1" and pd["me"] == "d1" and pd["router_port"] == 8100 and pd["router_extra_args"] == []
+    assert pd["members"] == [
+        {"host": "p1", "role": "prefill", "address": "10.0.0.11", "replica": None, "port": None,
+         "rdma_devices": ["mlx5_0", "mlx5_1"]},
+        {"host": "d1", "role": "decode", "address": "192.168.0.21", "replica": "r", "port": 31000,
+         "rdma_devices": ["none"]}]
+
+
+def test_the_plan_previews_a_replica_and_a_disaggregated_deployment():
+    get = getter({"localhost": {"kimi_pd_rdma_devices": ["mlx5_0"]}})
+    inputs = _site.inputs(get, "localhost", [], plan_hosts="2", pd_plan="1P1D")
+    assert (inputs["nodes"], inputs["head_address"]) == (2, "head.replica.example")
+    assert inputs["pd"]["plan"] == "1P1D" and inputs["pd"]["rdma_devices"] == ["mlx5_0"]
+    assert _site.inputs(get, "localhost", [], plan_hosts=1)["head_address"] is None
+    with pytest.raises(DeploymentError, match=r"^kimi_replica_plan_hosts=0 is not allowed.*from 1 to 16"):
+        _site.inputs(get, "localhost", [], plan_hosts="0")
+
+
+def test_the_old_image_name_is_read_when_the_new_one_is_not_set():
+    assert _site.inputs(getter({"h": {"kimi_image": "old:1"}}), "h", ["h"])["image"] == "old:1"
+    both = {"h": {"kimi_image": "old:1", "kimi_engine_image": "new:2"}}
+    assert _site.inputs(getter(both), "h", ["h"])["image"] == "new:2"
