@@ -11,9 +11,8 @@
 #   3. Images, each from one `mmdebstrap --variant=minbase` + docker import, side by side, cached by a content key
 #      stored as the image label kimi.test.key:
 #        kimi-test/debian-systemd:bookworm (the Debian 12 host of molecule/kimi_weights; not for the demo),
-#        kimi-test/debian-systemd:trixie (not for the demo),
-#        kimi-test/debian-systemd:trixie-docker  (the trixie packages + docker.io, docker-cli, python3-docker, caddy,
-#        zstd, prometheus, ...; their services installed but disabled),
+#        kimi-test/debian-systemd:trixie-docker  (every Debian 13 host: the base packages + docker.io, docker-cli,
+#        python3-docker, caddy, zstd, prometheus, ...; their services installed but disabled),
 #        kimi-test/debian-python:trixie  (minbase + python3, no docs, man pages, locales or apt lists: the base of the
 #        doubles' images, which every test host loads)
 #   4. The doubles, when their builders exist: the signed NVIDIA-double apt repo in $CACHE/apt and the
@@ -273,7 +272,6 @@ if [ $RC = 0 ]; then
 	pids=()
 	if [ "$WHAT" = all ]; then
 		step "image $IMAGE_REPO:bookworm" ensure_image "$IMAGE_REPO:bookworm" bookworm "$BASE_PACKAGES" & pids+=($!)
-		step "image $IMAGE_REPO:trixie" ensure_image "$IMAGE_REPO:trixie" trixie "$BASE_PACKAGES" & pids+=($!)
 	fi
 	step "image $IMAGE_REPO:trixie-docker" ensure_image "$IMAGE_REPO:trixie-docker" trixie \
 		"$BASE_PACKAGES,${DOCKER_PACKAGES// /,}" "$DOCKER_DISABLED_UNITS" & pids+=($!)

@@ -11,7 +11,7 @@
 #   KIMI_TEST_QUIET=1          only write the logs (.cache/kimi-test/logs/molecule-<scenario>.log);
 #                              the tail of a failed scenario's log is printed
 #   KIMI_VENV                  the virtualenv (default .venv; `make setup` makes it)
-#   KIMI_TEST_IMAGE, KIMI_TEST_IMAGE_TRIXIE, KIMI_TEST_IMAGE_DOCKER   instance images (README.md)
+#   KIMI_TEST_IMAGE, KIMI_TEST_IMAGE_DOCKER   instance images (README.md)
 #   MOLECULE_ARGS              extra arguments for `molecule test` (e.g. --destroy=never)
 #   KIMI_TEST_JOBS             scenarios run side by side (default 1; make test uses 2), longest first
 #   KIMI_TEST_E2E_JUNIT        also run the e2e (pytest tests/e2e: make demo end to end) as one job of the lanes,
