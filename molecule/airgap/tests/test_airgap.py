@@ -103,7 +103,7 @@ def test_a_client_on_the_offline_network_is_answered_through_caddy(host, tmp_pat
     cfg = tmp_path / "curl.cfg"  # the key in a file, never in argv
     cfg.write_text('header = "Authorization: Bearer %s"\n' % key)
     out = run("docker", "run", "--rm", "--network", NETWORK, "-v", "%s:/t:ro" % tmp_path, "--entrypoint", "curl",
-              "kimi-test/debian-systemd:trixie", "-sS", "--max-time", "60", "--cacert", "/t/ca.crt", "-K", "/t/curl.cfg",
+              "kimi-test/debian-systemd:trixie-docker", "-sS", "--max-time", "60", "--cacert", "/t/ca.crt", "-K", "/t/curl.cfg",
               "--resolve", "localhost:443:%s" % ip, "-H", "Content-Type: application/json",
               "-d", json.dumps({"model": "kimi-k2.6", "max_tokens": 200,
                                 "messages": [{"role": "user", "content": "Say hello"}]}),
@@ -113,7 +113,7 @@ def test_a_client_on_the_offline_network_is_answered_through_caddy(host, tmp_pat
     assert answer["choices"][0]["message"]["content"], answer
     # The same request without the key is refused by Caddy.
     out = run("docker", "run", "--rm", "--network", NETWORK, "-v", "%s:/t:ro" % tmp_path, "--entrypoint", "curl",
-              "kimi-test/debian-systemd:trixie", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", "/t/ca.crt",
+              "kimi-test/debian-systemd:trixie-docker", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", "/t/ca.crt",
               "--resolve", "localhost:443:%s" % ip, "https://localhost/v1/models")
     assert out.stdout == "401"
 
