@@ -57,12 +57,20 @@ class ActionModule(ActionBase):
         me = task_vars["inventory_hostname"]
         hostvars = task_vars.get("hostvars") or {}
 
+        seen = {}
+
         def get(host, variable):
-            """A host's value of a variable, templated; this host's from the task's variables (play vars too)."""
-            if host == me:
-                return self._templar.template(task_vars[variable]) if variable in task_vars else _site.MISSING
-            facts = hostvars[host] if host in hostvars else {}
-            return facts[variable] if variable in facts else _site.MISSING
+            """A host's value of a variable, templated once per task; this host's from the task's variables (play
+            vars too)."""
+            key = (host, variable)
+            if key not in seen:
+                if host == me:
+                    found = self._templar.template(task_vars[variable]) if variable in task_vars else _site.MISSING
+                else:
+                    facts = hostvars[host] if host in hostvars else {}
+                    found = facts[variable] if variable in facts else _site.MISSING
+                seen[key] = found
+            return seen[key]
 
         servers = list((task_vars.get("groups") or {}).get("kimi_servers") or [])
         gpus = args.get("gpus")
@@ -79,7 +87,8 @@ class ActionModule(ActionBase):
                             "NVFP4 image) and will be removed in kimi.deploy 1.0.0; set kimi_engine_image instead. "
                             "Using kimi_image=%s for now." % get(me, _site.OLD_IMAGE))
         try:
-            inputs = _site.inputs(get, me, servers, plan_hosts=args.get("plan_hosts"), pd_plan=args.get("pd_plan"))
+            replica, pd = _site.replica_members(get, me, servers), _site.pd_members(get, me, servers)
+            inputs = _site.inputs(get, me, replica, pd, plan_hosts=args.get("plan_hosts"), pd_plan=args.get("pd_plan"))
             deployment = resolve(inputs, gpus, require_revision=bool(require_revision))
             # The roles' ports beside the deployment's, one table: no two users of one port on this host.
             values = dict((variable, get(me, variable)) for variable in _ports.ROLE_PORTS
@@ -90,8 +99,6 @@ class ActionModule(ActionBase):
         except DeploymentError as refused:
             # One line, first: the refusal names the variable, the reason and the allowed values.
             return dict(result, failed=True, msg="kimi.deploy: %s" % refused, warnings=warnings)
-        facts = {"kimi_deployment": deployment,
-                 "kimi_replica_members": _site.replica_members(get, me, servers),
-                 "kimi_pd_members": _site.pd_members(get, me, servers)}
+        facts = {"kimi_deployment": deployment, "kimi_replica_members": replica, "kimi_pd_members": pd}
         self.register_host_variables(facts, VariableLayer.EPHEMERAL_FACT)  # as set_fact does
         return dict(result, changed=False, deployment=deployment, warnings=warnings)

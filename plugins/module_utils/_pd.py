@@ -224,11 +224,9 @@ def resolve_pd(pd, spec, version, deployment, warnings):
     port = deployment["port"]
     # The PD ports against the engine's and each other, by the host ports' one rule (_ports.check); the resolve
     # action checks them again with the roles' ports of each host.
-    variables = ["kimi_engine_port"] + (["kimi_pd_bootstrap_port"] if data.get("bootstrap") else []) + [
-        "kimi_pd_router_port", "kimi_pd_router_metrics_port"]
-    values = {"kimi_engine_port": port, "kimi_pd_bootstrap_port": bootstrap, "kimi_pd_router_port": router_port,
-              "kimi_pd_router_metrics_port": metrics_port}
-    _ports.check([(values[v], v, _ports.LISTENERS[v]) for v in variables])
+    uses = [(port, "kimi_engine_port")] + ([(bootstrap, "kimi_pd_bootstrap_port")] if data.get("bootstrap") else []) + [
+        (router_port, "kimi_pd_router_port"), (metrics_port, "kimi_pd_router_metrics_port")]
+    _ports.check([(number, variable, _ports.LISTENERS[variable]) for number, variable in uses])
     for inst in instances:
         inst["port"] = inst["port"] or port
         inst["url"] = "http://%s:%d" % (("[%s]" % inst["address"]) if ":" in inst["address"] else inst["address"],

@@ -16,6 +16,7 @@ __metaclass__ = type
 
 import posixpath
 
+from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import QUANTS
 from ansible_collections.kimi.deploy.plugins.module_utils._inputs import VARIABLES, check_int
 
 MISSING = object()
@@ -31,7 +32,6 @@ FIELDS = {
 # The disaggregated deployment's settings: input pd.<key> from the variable of field pd_<key>.
 PD_SETTINGS = {"router": None, "transfer_backend": None, "bootstrap_port": None, "router_port": None,
                "router_metrics_port": None, "router_extra_args": []}
-QUANTS = ("int4", "nvfp4", "w4a8")  # kimi_<quant>_revision
 # Where a host's RDMA devices are read when kimi_pd_rdma_devices is not set (the find that site.yml registers).
 RDMA_FOUND = "_kimi_pd_rdma_found"
 # The deprecated name of kimi_engine_image (also the name of the role that builds the NVFP4 image).
@@ -43,21 +43,21 @@ def value(get, host, variable, default=None):
     return default if found is MISSING else found
 
 
+def _sharing(get, host, servers, variable):
+    """The servers whose `variable` has `host`'s value, in inventory order; None when `host` does not set it."""
+    name = get(host, variable)
+    return None if name is MISSING else [h for h in servers if get(h, variable) == name]
+
+
 def replica_members(get, host, servers):
     """The hosts of `host`'s replica in inventory order (the first is the head); a host without kimi_replica is a
     replica of one, itself."""
-    replica = get(host, "kimi_replica")
-    if replica is MISSING:
-        return [host]
-    return [h for h in servers if get(h, "kimi_replica") is not MISSING and get(h, "kimi_replica") == replica]
+    return _sharing(get, host, servers, "kimi_replica") or [host]
 
 
 def pd_members(get, host, servers):
     """The hosts of `host`'s disaggregated deployment in inventory order ([] when it has none)."""
-    pd = get(host, "kimi_pd")
-    if pd is MISSING:
-        return []
-    return [h for h in servers if get(h, "kimi_pd") is not MISSING and get(h, "kimi_pd") == pd]
+    return _sharing(get, host, servers, "kimi_pd") or []
 
 
 def pd_member(get, host):
@@ -72,18 +72,18 @@ def pd_member(get, host):
             "rdma_devices": devices}
 
 
-def inputs(get, host, servers, plan_hosts=None, pd_plan=None):
-    """The resolver's inputs for `host`. plan_hosts and pd_plan are plan.yml's previews (a replica of N example
-    hosts; a 1P1D-style disaggregated deployment) for a host that is in no such group."""
+def inputs(get, host, replica, pd, plan_hosts=None, pd_plan=None):
+    """The resolver's inputs for `host`, the hosts of its replica and of its disaggregated deployment given
+    (replica_members, pd_members). plan_hosts and pd_plan are plan.yml's previews (a replica of N example hosts; a
+    1P1D-style disaggregated deployment) for a host that is in no such group."""
     out = dict((field, value(get, host, VARIABLES[field], default)) for field, default in FIELDS.items())
     if out["image"] is None:
         out["image"] = value(get, host, OLD_IMAGE)
     out["revisions"] = dict((quant, value(get, host, "kimi_%s_revision" % quant)) for quant in QUANTS)
     if get(host, "kimi_replica") is not MISSING:
-        members = replica_members(get, host, servers)
-        head = members[0]
-        out["nodes"] = len(members)
-        out["node_rank"] = members.index(host)
+        head = replica[0]
+        out["nodes"] = len(replica)
+        out["node_rank"] = replica.index(host)
         out["head_address"] = value(get, host, VARIABLES["head_address"]) or value(get, head, "ansible_host") or head
     elif plan_hosts is not None:
         if isinstance(plan_hosts, str) and plan_hosts.strip().isdigit():  # -e gives a string
@@ -95,7 +95,7 @@ def inputs(get, host, servers, plan_hosts=None, pd_plan=None):
     settings = dict((key, value(get, host, VARIABLES["pd_" + key], default)) for key, default in PD_SETTINGS.items())
     if get(host, "kimi_pd") is not MISSING:
         out["pd"] = dict(settings, name=value(get, host, "kimi_pd"), me=host,
-                         members=[pd_member(get, h) for h in pd_members(get, host, servers)])
+                         members=[pd_member(get, h) for h in pd])
     elif pd_plan is not None:
         out["pd"] = dict(settings, plan=pd_plan, rdma_devices=value(get, host, VARIABLES["pd_rdma_devices"]))
     return out

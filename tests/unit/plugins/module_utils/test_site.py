@@ -12,9 +12,15 @@ def getter(hostvars):
     return lambda host, name: hostvars.get(host, {}).get(name, _site.MISSING)
 
 
+def site_inputs(get, host, servers, **previews):
+    """As the action calls it: the host's groups first, then its inputs."""
+    return _site.inputs(get, host, _site.replica_members(get, host, servers), _site.pd_members(get, host, servers),
+                        **previews)
+
+
 def test_a_host_alone_is_a_replica_of_one_with_the_defaults():
     get = getter({"gpu1": {"quant": "int4", "kimi_int4_revision": SHA}})
-    inputs = _site.inputs(get, "gpu1", ["gpu1"])
+    inputs = site_inputs(get, "gpu1", ["gpu1"])
     assert inputs["quant"] == "int4" and inputs["engine"] == "auto" and inputs["extra_args"] == []
     assert inputs["revisions"] == {"int4": SHA, "nvfp4": None, "w4a8": None}
     assert "nodes" not in inputs and "pd" not in inputs
@@ -27,10 +33,10 @@ def test_replica_members_in_inventory_order_the_first_the_head():
     get = getter(hostvars)
     servers = ["a", "b", "c", "d"]
     assert _site.replica_members(get, "c", servers) == ["b", "c"]
-    inputs = _site.inputs(get, "c", servers)
+    inputs = site_inputs(get, "c", servers)
     assert (inputs["nodes"], inputs["node_rank"], inputs["head_address"]) == (2, 1, "10.0.0.2")
     hostvars["c"]["kimi_replica_head_address"] = "192.168.1.2"
-    assert _site.inputs(get, "c", servers)["head_address"] == "192.168.1.2"
+    assert site_inputs(get, "c", servers)["head_address"] == "192.168.1.2"
 
 
 def test_pd_members_with_their_address_replica_port_and_rdma_devices():
@@ -46,7 +52,7 @@ def test_pd_members_with_their_address_replica_port_and_rdma_devices():
     get = getter(hostvars)
     servers = ["p1", "x", "d1"]
     assert _site.pd_members(get, "d1", servers) == ["p1", "d1"]
-    pd = _site.inputs(get, "d1", servers)["pd"]
+    pd = site_inputs(get, "d1", servers)["pd"]
     assert pd["name"] == "pd1" and pd["me"] == "d1" and pd["router_port"] == 8100 and pd["router_extra_args"] == []
     assert pd["members"] == [
         {"host": "p1", "role": "prefill", "address": "10.0.0.11", "replica": None, "port": None,
@@ -57,15 +63,15 @@ def test_pd_members_with_their_address_replica_port_and_rdma_devices():
 
 def test_the_plan_previews_a_replica_and_a_disaggregated_deployment():
     get = getter({"localhost": {"kimi_pd_rdma_devices": ["mlx5_0"]}})
-    inputs = _site.inputs(get, "localhost", [], plan_hosts="2", pd_plan="1P1D")
+    inputs = site_inputs(get, "localhost", [], plan_hosts="2", pd_plan="1P1D")
     assert (inputs["nodes"], inputs["head_address"]) == (2, "head.replica.example")
     assert inputs["pd"]["plan"] == "1P1D" and inputs["pd"]["rdma_devices"] == ["mlx5_0"]
-    assert _site.inputs(get, "localhost", [], plan_hosts=1)["head_address"] is None
+    assert site_inputs(get, "localhost", [], plan_hosts=1)["head_address"] is None
     with pytest.raises(DeploymentError, match=r"^kimi_replica_plan_hosts=0 is not allowed.*from 1 to 16"):
-        _site.inputs(get, "localhost", [], plan_hosts="0")
+        site_inputs(get, "localhost", [], plan_hosts="0")
 
 
 def test_the_old_image_name_is_read_when_the_new_one_is_not_set():
-    assert _site.inputs(getter({"h": {"kimi_image": "old:1"}}), "h", ["h"])["image"] == "old:1"
+    assert site_inputs(getter({"h": {"kimi_image": "old:1"}}), "h", ["h"])["image"] == "old:1"
     both = {"h": {"kimi_image": "old:1", "kimi_engine_image": "new:2"}}
-    assert _site.inputs(getter(both), "h", ["h"])["image"] == "new:2"
+    assert site_inputs(getter(both), "h", ["h"])["image"] == "new:2"
