@@ -16,7 +16,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # ansible-lint 234 s -> 163 s on a cold cache).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup demo-setup demo demo-plan demo-bench bench-client router-client docs-venv docs ee demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean engine-flags
+.PHONY: help setup demo-setup demo demo-plan demo-bench bench-client router-client docs-venv docs ee demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean engine-flags site-specs
 
 help:  ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -135,6 +135,9 @@ bench-converge: setup  ## Converge benchmark: first, no-op and switch runs of si
 
 clean:  ## Remove the virtualenv, the collection link and build output
 	rm -rf $(VENV) .collections build
+
+site-specs:  ## Write playbooks/vars/site_argument_specs.yml from the site inputs table (plugins/module_utils/_site_inputs.py)
+	$(BIN)/python tools/site_specs.py
 
 engine-flags:  ## Flag list of a released engine (PyPI wheel, or ARGS="--source DIR ...") + its module (ENGINE=vllm|sglang|trtllm|sglang-router|vllm-router VERSION=x.y.z)
 	@test -n "$(ENGINE)" -a -n "$(VERSION)" || { echo "usage: make engine-flags ENGINE=vllm VERSION=0.33.0 [ARGS=...]" >&2; exit 1; }

@@ -45,7 +45,7 @@ def role_ports(values, groups):
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
-    _VALID_ARGS = frozenset(("gpus", "require_revision", "plan_hosts", "pd_plan"))
+    _VALID_ARGS = frozenset(("gpus", "require_revision", "plan_hosts", "pd_plan", "changed_so_far"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -73,11 +73,6 @@ class ActionModule(ActionBase):
             return seen[key]
 
         servers = list((task_vars.get("groups") or {}).get("kimi_servers") or [])
-        gpus = args.get("gpus")
-        if gpus is None:
-            facts = task_vars.get("ansible_facts") or {}
-            given = get(me, "kimi_gpus")  # given (-e @profile.json, inventory), else what the facts modules read
-            gpus = given if given is not _site.MISSING else facts.get("ascend_npus") or facts.get("nvidia_gpus") or []
         require_revision = args.get("require_revision")
         if require_revision is None:
             require_revision = _site.value(get, me, "kimi_require_revision", True)
@@ -86,10 +81,31 @@ class ActionModule(ActionBase):
             warnings.append("DEPRECATION: kimi_image is deprecated (it is also the name of the role that builds the "
                             "NVFP4 image) and will be removed in kimi.deploy 1.0.0; set kimi_engine_image instead. "
                             "Using kimi_image=%s for now." % get(me, _site.OLD_IMAGE))
+
+        def resolve_host(host, gpus=None, **previews):
+            """A host's deployment from its own inputs, groups and accelerators."""
+            inputs = _site.inputs(get, host, _site.replica_members(get, host, servers),
+                                  _site.pd_members(get, host, servers), **previews)
+            return resolve(inputs, _site.accelerators(get, host) if gpus is None else gpus,
+                           require_revision=bool(require_revision))
+
+        def resolve_member(host):
+            try:
+                return resolve_host(host)
+            except DeploymentError as refused:
+                raise DeploymentError("%s, a host of this host's group, is refused: %s" % (host, refused))
+
         try:
             replica, pd = _site.replica_members(get, me, servers), _site.pd_members(get, me, servers)
-            inputs = _site.inputs(get, me, replica, pd, plan_hosts=args.get("plan_hosts"), pd_plan=args.get("pd_plan"))
-            deployment = resolve(inputs, gpus, require_revision=bool(require_revision))
+            deployment = resolve_host(me, args.get("gpus"), plan_hosts=args.get("plan_hosts"),
+                                      pd_plan=args.get("pd_plan"))
+            # The hosts that serve as one agree: each resolved from its own inputs and facts, on every call.
+            for kind, group, name in (("replica", replica, "kimi_replica"), ("pd", pd, "kimi_pd")):
+                if len(group) > 1:
+                    resolved = [(h, deployment if h == me else resolve_member(h)) for h in group]
+                    refused = _site.group_disagreement(kind, get(me, name), resolved)
+                    if refused:
+                        raise DeploymentError(refused)
             # The roles' ports beside the deployment's, one table: no two users of one port on this host.
             values = dict((variable, get(me, variable)) for variable in _ports.ROLE_PORTS
                           if get(me, variable) is not _site.MISSING)
@@ -98,7 +114,9 @@ class ActionModule(ActionBase):
             deployment["ports"] = [{"port": p, "variable": v, "what": w} for p, v, w in uses]
         except DeploymentError as refused:
             # One line, first: the refusal names the variable, the reason and the allowed values.
-            return dict(result, failed=True, msg="kimi.deploy: %s" % refused, warnings=warnings)
+            note = (" " + args["changed_so_far"]) if args.get("changed_so_far") else ""
+            return dict(result, failed=True, msg="kimi.deploy: %s%s" % (refused, note),
+                        warnings=warnings)
         facts = {"kimi_deployment": deployment, "kimi_replica_members": replica, "kimi_pd_members": pd}
         self.register_host_variables(facts, VariableLayer.EPHEMERAL_FACT)  # as set_fact does
         return dict(result, changed=False, deployment=deployment, warnings=warnings)

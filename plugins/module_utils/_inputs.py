@@ -13,6 +13,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.kimi.deploy.plugins.module_utils._site_inputs import INPUTS
 from ansible_collections.kimi.deploy.plugins.module_utils._validate import full_match
 
 
@@ -20,48 +21,14 @@ class DeploymentError(ValueError):
     """An input that cannot be deployed. The message names the variable and the allowed values."""
 
 
-# Variable names users set (inventory or -e), by field. Errors name both.
-VARIABLES = {
-    "quant": "quant",
-    "engine": "engine",
-    "engine_version": "kimi_engine_version",
-    "kv_cache_dtype": "kimi_kv_cache_dtype",
-    "moe_backend": "kimi_moe_backend",
-    "context_length": "kimi_context_length",
-    "mem_fraction": "kimi_mem_fraction",
-    "tp": "kimi_tensor_parallel",
-    "host": "kimi_engine_host",
-    "port": "kimi_engine_port",
-    "served_model_name": "kimi_served_model_name",
-    "extra_args": "kimi_engine_extra_args",
-    "engine_options": "kimi_trtllm_options",
+# Variable names users set (inventory or -e), by field, from the one table of site inputs; errors name both. The
+# rest name what the inventory implies (the replica's size and a host's place in it) or a family (a revision per quant).
+VARIABLES = dict((item.field, item.variable) for item in INPUTS if item.field)
+VARIABLES.update({
     "revision": "kimi_<quant>_revision",
-    "image": "kimi_engine_image",
-    "pp": "kimi_pipeline_parallel",
     "nodes": "kimi_replica (the hosts that share it)",
     "node_rank": "kimi_replica (the host's place among the replica's hosts, in inventory order)",
-    "head_address": "kimi_replica_head_address",
-    "dist_port": "kimi_replica_port",
-    # A disaggregated deployment (_pd): the inventory's hosts with kimi_pd, each with kimi_pd_role.
-    "pd_members": "kimi_pd",
-    "pd_role": "kimi_pd_role",
-    "pd_plan": "kimi_pd_plan",
-    "pd_address": "kimi_pd_address",
-    "pd_router": "kimi_pd_router",
-    "pd_transfer_backend": "kimi_pd_transfer_backend",
-    "pd_rdma_devices": "kimi_pd_rdma_devices",
-    "pd_bootstrap_port": "kimi_pd_bootstrap_port",
-    "pd_router_port": "kimi_pd_router_port",
-    "pd_router_metrics_port": "kimi_pd_router_metrics_port",
-    "pd_router_extra_args": "kimi_pd_router_extra_args",
-    # Speculative decoding (_speculative).
-    "speculative": "kimi_speculative",
-    "speculative_draft": "kimi_speculative_draft",
-    "speculative_draft_revision": "kimi_speculative_draft_revision",
-    "speculative_tokens": "kimi_speculative_tokens",
-    "speculative_topk": "kimi_speculative_topk",
-    "speculative_draft_tokens": "kimi_speculative_draft_tokens",
-}
+})
 
 
 def var(field):

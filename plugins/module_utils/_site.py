@@ -4,36 +4,30 @@
 """A host's site variables as the deployment model's inputs, and the groups it serves in (stdlib only). Private to
 kimi.deploy.
 
-The one map from the variables users set (inventory or -e) to the resolver's input fields is _inputs.VARIABLES; this
-module reads them for one host, and derives what only the inventory knows: the hosts of its replica (kimi_replica:
-members in inventory order, the first is the head) and of its disaggregated deployment (kimi_pd, each host with its
-kimi_pd_role). `get(host, variable)` returns a host's value of a variable, or MISSING.
+The site inputs are declared once, in _site_inputs.INPUTS (the map to the resolver's fields, _inputs.VARIABLES, is
+derived from it); this module reads them for one host, and derives what only the inventory knows: the hosts of its
+replica (kimi_replica: members in inventory order, the first is the head) and of its disaggregated deployment
+(kimi_pd, each host with its kimi_pd_role). `get(host, variable)` returns a host's value of a variable, or MISSING.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import posixpath
-
 from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import QUANTS
 from ansible_collections.kimi.deploy.plugins.module_utils._inputs import VARIABLES, check_int
+from ansible_collections.kimi.deploy.plugins.module_utils._pd import layout_mismatch
+from ansible_collections.kimi.deploy.plugins.module_utils._site_inputs import INPUTS
 
 MISSING = object()
 
-# Input fields read as the variable of the same field in VARIABLES; unset, the value here (None: derived).
-FIELDS = {
-    "quant": "auto", "engine": "auto", "engine_version": None, "engine_options": {}, "kv_cache_dtype": None,
-    "moe_backend": None, "context_length": None, "mem_fraction": None, "tp": None, "host": None, "port": None,
-    "served_model_name": None, "extra_args": [], "image": None, "pp": None, "dist_port": None, "speculative": None,
-    "speculative_draft": None, "speculative_draft_revision": None, "speculative_tokens": None,
-    "speculative_topk": None, "speculative_draft_tokens": None,
-}
-# The disaggregated deployment's settings: input pd.<key> from the variable of field pd_<key>.
-PD_SETTINGS = {"router": None, "transfer_backend": None, "bootstrap_port": None, "router_port": None,
-               "router_metrics_port": None, "router_extra_args": []}
-# Where a host's RDMA devices are read when kimi_pd_rdma_devices is not set (the find that site.yml registers).
-RDMA_FOUND = "_kimi_pd_rdma_found"
+# Input fields read as the variable of the same field (the table's read="field"); unset, the table's default (None:
+# derived by the model).
+FIELDS = dict((item.field, item.default) for item in INPUTS if item.read == "field")
+# The disaggregated deployment's settings (read="pd"): input pd.<key> from the variable of field pd_<key>.
+PD_SETTINGS = dict((item.field[len("pd_"):], item.default) for item in INPUTS if item.read == "pd")
+# The facts the accelerator facts modules set, in the order a host is read: a host with NPUs is an Ascend host.
+ACCELERATOR_FACTS = ("ascend_npus", "nvidia_gpus")
 # The deprecated name of kimi_engine_image (also the name of the role that builds the NVFP4 image).
 OLD_IMAGE = "kimi_image"
 
@@ -63,9 +57,8 @@ def pd_members(get, host, servers):
 def pd_member(get, host):
     """What the model reads of one host of a disaggregated deployment (_pd.instances validates it)."""
     devices = value(get, host, VARIABLES["pd_rdma_devices"])
-    if devices is None:
-        found = (value(get, host, RDMA_FOUND) or {}).get("files") or []
-        devices = sorted(posixpath.basename(f["path"]) for f in found)
+    if devices is None:  # what kimi.deploy.rdma_facts read on that host
+        devices = (value(get, host, "ansible_facts") or {}).get("rdma_devices") or []
     return {"host": host, "role": value(get, host, VARIABLES["pd_role"]),
             "address": value(get, host, VARIABLES["pd_address"]) or value(get, host, "ansible_host") or host,
             "replica": value(get, host, "kimi_replica"), "port": value(get, host, VARIABLES["port"]),
@@ -99,3 +92,56 @@ def inputs(get, host, replica, pd, plan_hosts=None, pd_plan=None):
     elif pd_plan is not None:
         out["pd"] = dict(settings, plan=pd_plan, rdma_devices=value(get, host, VARIABLES["pd_rdma_devices"]))
     return out
+
+
+def accelerators(get, host):
+    """A host's GPU or NPU list: kimi_gpus where given (inventory, -e), else what its facts modules read."""
+    given = get(host, "kimi_gpus")
+    if given is not MISSING:
+        return given or []
+    facts = value(get, host, "ansible_facts") or {}
+    for name in ACCELERATOR_FACTS:
+        if facts.get(name):
+            return facts[name]
+    return []
+
+
+# What the hosts of one replica must agree on, shown when they do not (the command is what is compared).
+_REPLICA_SHOWN = (("gpus", "GPUs"), ("identity", "quant/engine"), ("engine_version", "kimi_engine_version"),
+                  ("tp", "kimi_tensor_parallel"), ("pp", "kimi_pipeline_parallel"),
+                  ("context_length", "kimi_context_length"), ("kv_cache_dtype", "kimi_kv_cache_dtype"),
+                  ("mem_fraction", "kimi_mem_fraction"))
+
+
+def _shown(deployment):
+    hardware = deployment.get("hardware") or {}
+    gpus = "%d x %s" % (hardware["gpu_count"], "/".join(hardware["models"])) if hardware else "not read yet"
+    return dict((field, gpus if field == "gpus" else deployment.get(field)) for field, _name in _REPLICA_SHOWN)
+
+
+def group_disagreement(kind, name, resolved):
+    """resolved: [(host, deployment)] of one group (kind "replica" or "pd") in inventory order, each resolved from that
+    host's own inputs and facts -> one message naming the hosts that differ from the first (a replica's head), or ''.
+    Hosts whose accelerators are not read yet are compared with the others once they are (site.yml resolves again
+    after the host stage)."""
+    if len(resolved) < 2:
+        return ""
+    first_host, first = resolved[0]
+    known = [(host, d) for host, d in resolved[1:] if bool(d.get("hardware")) == bool(first.get("hardware"))]
+    if kind == "pd":
+        mismatch = layout_mismatch([{"host": host, "role": d["pd"]["role"], "layout": d["pd"]["layout"]}
+                                for host, d in [(first_host, first)] + known])
+        return "kimi_pd %s: %s." % (name, mismatch) if mismatch else ""
+    differs = []
+    for host, deployment in known:
+        if deployment["member_commands"] != first["member_commands"]:
+            mine, theirs = _shown(first), _shown(deployment)
+            what = ["%s %s (%s: %s)" % (label, theirs[field], first_host, mine[field])
+                    for field, label in _REPLICA_SHOWN if theirs[field] != mine[field]]
+            differs.append("%s resolves another command than its head %s%s" % (
+                host, first_host, (": " + ", ".join(what)) if what else " (another site input differs)"))
+    if not differs:
+        return ""
+    return ("kimi_replica %s: %s. A replica over several hosts is one engine: every host of it needs the same GPUs "
+            "and the same site inputs (quant, engine, kimi_* settings); set them for the replica, not per host."
+            % (name, "; ".join(differs)))

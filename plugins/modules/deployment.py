@@ -26,8 +26,13 @@ description:
     C(kimi_weights_peer_port), C(kimi_metrics_node_exporter_port), C(kimi_metrics_accelerator_exporter_port), and
     C(kimi_monitoring_listen_address) on a C(kimi_monitoring) host; unset, the role's default). Two users of one port
     are refused, naming both."
-  - A disaggregated deployment's RDMA devices are C(kimi_pd_rdma_devices) where set, else the devices a
-    C(ansible.builtin.find) of C(/sys/class/infiniband) registered as C(_kimi_pd_rdma_found) found on that host.
+  - "The hosts that serve as one must agree, and are compared on every call: each host of this host's replica and
+    disaggregated deployment is resolved from its own site variables and accelerators (its C(kimi_gpus), else its
+    facts), and a replica whose hosts resolve another command than its head, or a disaggregated deployment whose hosts
+    resolve another KV layout than its first host, is refused, naming the host and what differs. Hosts whose
+    accelerators are not read yet (bare, before the driver) are compared once they are."
+  - A disaggregated deployment's RDMA devices are C(kimi_pd_rdma_devices) where set, else the C(rdma_devices) fact
+    (M(kimi.deploy.rdma_facts)) of that host.
   - C(kimi_image), the old name of C(kimi_engine_image), is still read, with a deprecation warning.
   - This is an action plugin; it runs on the controller and changes nothing.
 version_added: 0.3.0
@@ -53,6 +58,11 @@ options:
     description:
       - plan.yml's preview of a disaggregated deployment (C(1P1D), C(2P2D), ...) for a host that has no C(kimi_pd)
         (C(make plan PD=), C(kimi_pd_plan)).
+    type: str
+  changed_so_far:
+    description:
+      - What has changed on the hosts when this runs, appended to a refusal (site.yml - nothing in preflight; only
+        the host stage when it resolves again after the driver).
     type: str
 attributes:
   action:

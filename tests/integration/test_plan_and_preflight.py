@@ -319,34 +319,67 @@ def test_site_refuses_a_replica_whose_hosts_resolve_different_deployments(tmp_pa
                                              ("gpu2", {"kimi_replica": "r1", "kimi_kv_cache_dtype": "auto"})])
     rc, out = site_on_h100s(inventory, "-e", "kimi_replica_head_address=127.0.0.1")
     assert rc != 0
-    assert "Replica r1: gpu2 resolved another deployment than its head gpu1" in re.sub(r"\s+", " ", out), out[-3000:]
+    assert ("kimi_replica r1: gpu2 resolves another command than its head gpu1: kimi_context_length 131072 (gpu1: "
+            "262144), kimi_kv_cache_dtype auto (gpu1: fp8). A replica over several hosts is one engine" in re.sub(r"\s+", " ", out)), out[-3000:]
     assert_nothing_changed(out, "gpu1", "gpu2")
 
 
-def test_every_play_that_resolves_the_deployment_checks_the_groups_after_it():
-    """The replica and PD agreement checks run wherever a deployment is resolved: in preflight, and again in the play
-    that resolves hosts whose driver was just installed (before it, bare hosts had no GPU facts and could not differ:
-    two replica members with different GPUs were never compared)."""
+def group_inventory(tmp_path, hosts):
+    """replica_inventory, each host's GPUs given as its own host var (kimi_gpus: a profile's list)."""
+    def gpus(profile):
+        with open(os.path.join(ROOT, "tests", "fixtures", "gpus", profile + ".json")) as handle:
+            return json.dumps(json.load(handle)["kimi_gpus"])
+    return replica_inventory(tmp_path, [(name, dict(hostvars, kimi_gpus=gpus(profile)))
+                                        for name, profile, hostvars in hosts])
+
+
+def test_plan_on_an_inventory_resolves_each_host_and_refuses_replica_hosts_with_other_gpus(tmp_path):
+    """plan.yml against an inventory: every host of kimi_servers is resolved from its own GPUs (host vars), and a
+    replica whose second host has half the GPUs of its head is refused, naming the host and what differs."""
+    same = group_inventory(tmp_path, [("gpu1", "h200-x8", {"kimi_replica": "r1"}),
+                                      ("gpu2", "h200-x8", {"kimi_replica": "r1"})])
+    rc, out = playbook("-i", str(same), "playbooks/plan.yml", "-e", "quant=int4", "-e", "engine=vllm",
+                       "-e", "kimi_replica_head_address=10.0.0.1")
+    assert rc == 0, out[-3000:]
+    assert "ok: [gpu1]" in out and "ok: [gpu2]" in out and "replica: 2 hosts meeting at 10.0.0.1:29500" in out
+    (tmp_path / "other").mkdir()
+    differs = group_inventory(tmp_path / "other", [("gpu1", "h200-x8", {"kimi_replica": "r1"}),
+                                                   ("gpu2", "h100-x4", {"kimi_replica": "r1"})])
+    rc, out = playbook("-i", str(differs), "playbooks/plan.yml", "-e", "quant=int4", "-e", "engine=vllm",
+                       "-e", "kimi_replica_head_address=10.0.0.1", "-e", "kimi_allow_unfit=true")
+    assert rc != 0
+    flat = re.sub(r"\s+", " ", out)
+    assert "kimi_replica r1: gpu2 resolves another command than its head gpu1: GPUs 4 x NVIDIA H100 80GB HBM3 " \
+           "(gpu1: 8 x NVIDIA H200)" in flat, out[-3000:]
+
+
+def test_plan_on_an_inventory_refuses_pd_hosts_with_another_kv_dtype(tmp_path):
+    inventory = group_inventory(tmp_path, [
+        ("p1", "h200-x8", {"kimi_pd": "pd1", "kimi_pd_role": "prefill", "kimi_kv_cache_dtype": "auto"}),
+        ("d1", "h200-x8", {"kimi_pd": "pd1", "kimi_pd_role": "decode", "kimi_kv_cache_dtype": "fp8_e4m3"})])
+    rc, out = playbook("-i", str(inventory), "playbooks/plan.yml", "-e", "quant=int4", "-e", "engine=sglang")
+    assert rc != 0
+    assert ('kimi_pd pd1: kimi_kv_cache_dtype differs between the hosts of the disaggregated deployment: "auto" on p1 '
+            '(prefill) and "fp8_e4m3" on d1 (decode)') in re.sub(r"\s+", " ", out), out[-3000:]
+
+
+def test_site_compares_the_hosts_of_a_replica_again_after_the_driver_stage(tmp_path):
+    """The play that runs after the host stage (drivers installed, GPU facts read) resolves every host again and
+    compares each group: two replica hosts with different GPUs are refused there, saying only the host stage ran
+    (started at that play: in preflight the bare hosts had no GPU facts to compare)."""
+    inventory = group_inventory(tmp_path, [("gpu1", "h200-x8", {"kimi_replica": "r1"}),
+                                           ("gpu2", "h100-x4", {"kimi_replica": "r1"})])
+    rc, out = playbook("-i", str(inventory), "site.yml", "-e", "quant=int4", "-e", "engine=vllm",
+                       "-e", "kimi_int4_revision=" + SHA, "-e", "kimi_allow_unfit=true",
+                       "--start-at-task", "Resolve the deployment with the GPUs the driver reports")
+    assert rc != 0
+    flat = re.sub(r"\s+", " ", out)
+    assert "kimi_replica r1: gpu2 resolves another command than its head gpu1: GPUs 4 x NVIDIA H100 80GB HBM3" in flat
+    assert "Only the host stage has run (driver, container toolkit, Docker)" in flat, out[-3000:]
     with open(os.path.join(ROOT, "playbooks", "site.yml")) as handle:
         plays = yaml.safe_load(handle)
-
-    def steps(tasks):
-        out = []
-        for task in tasks:
-            if "kimi.deploy.deployment" in task:
-                out.append("resolve")
-            included = task.get("ansible.builtin.include_tasks") or task.get("ansible.builtin.import_tasks")
-            if included:
-                out.append(os.path.basename(str(included)))
-        return out
-
-    resolving = [play for play in plays if "resolve" in steps(play.get("tasks", []))]
-    assert len(resolving) == 2, [play["name"] for play in resolving]
-    for play in resolving:
-        order = steps(play["tasks"])
-        assert "check_groups.yml" in order, play["name"]
-        assert order.index("check_groups.yml") > order.index("resolve"), play["name"]
-        assert "vars/site.yml" in play.get("vars_files", []), play["name"]  # the wording the checks' messages use
+    resolving = [task for play in plays for task in play.get("tasks", []) if "kimi.deploy.deployment" in task]
+    assert len(resolving) == 2 and not any("when" in task for task in resolving)  # every call compares the groups
 
 
 def test_site_refuses_a_disaggregated_deployment_whose_roles_differ_in_kv_dtype(tmp_path):
@@ -361,8 +394,8 @@ def test_site_refuses_a_disaggregated_deployment_whose_roles_differ_in_kv_dtype(
     rc, out = playbook("-i", str(inventory), "site.yml", "-e", h200, "-e", "quant=int4", "-e", "engine=sglang",
                        "-e", "kimi_int4_revision=" + SHA, "-e", STRONG_KEY)
     assert rc != 0
-    assert ('kimi_kv_cache_dtype differs between the hosts of the disaggregated deployment: "auto" on p1 (prefill) '
-            'and "fp8_e4m3" on d1 (decode)') in re.sub(r"\s+", " ", out), out[-3000:]
+    assert ('kimi_pd pd1: kimi_kv_cache_dtype differs between the hosts of the disaggregated deployment: "auto" on p1 '
+            '(prefill) and "fp8_e4m3" on d1 (decode)') in re.sub(r"\s+", " ", out), out[-3000:]
     assert "Nothing was changed" in out
     assert_nothing_changed(out, "p1", "d1")
 

@@ -1,0 +1,299 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""The site inputs, declared once: every variable users set in the inventory or with -e for site.yml and plan.yml
+(stdlib only). Private to kimi.deploy.
+
+Derived from this table: _inputs.VARIABLES (the field -> variable map every refusal names), _site's FIELDS and
+PD_SETTINGS (what kimi.deploy.deployment reads for a host, and the value when unset), and
+playbooks/vars/site_argument_specs.yml (site.yml's type check, the docs, and the bundle's secret list through its
+no_log options), which `make site-specs` writes from this table and a unit test compares with it both ways.
+
+read: how the deployment action reads the variable - "field", the resolver's input `field` on this host; "pd", the
+setting pd.<field without pd_> of a disaggregated deployment; "member", read per member of the host's groups
+(_site.pd_member, the replica's head address); None, not a model input (the playbooks read it, or plan.yml passes it
+as an argument of kimi.deploy.deployment).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from collections import namedtuple
+
+Input = namedtuple("Input", "variable type field read default elements choices no_log doc")
+Input.__new__.__defaults__ = (None, None, None, None, None, False, ())
+
+INPUTS = (
+    Input('quant', 'raw', field='quant', read='field', default='auto', doc=(
+        'Checkpoint quantization, C(int4) (moonshotai/Kimi-K2.6) or C(nvfp4) (nvidia/Kimi-K2.6-NVFP4).',
+        'C(auto) recommends from the GPUs.',
+    )),
+    Input('engine', 'raw', field='engine', read='field', default='auto', doc=(
+        'Serving engine, C(sglang), C(vllm) or C(trtllm) (TensorRT-LLM, NVFP4 on datacenter Blackwell only); '
+        'C(auto) recommends from the GPUs. SGLang serves int4 only.',
+    )),
+    Input('kimi_engine_version', 'raw', field='engine_version', read='field', doc=(
+        'The engine release (e.g. C(0.33.0) for vLLM); unset serves the verified default (vLLM 0.22.1, SGLang '
+        "0.5.12.post1, TensorRT-LLM's pinned release), or the version the tag of C(kimi_engine_image) names.",
+        "Flags, config keys and parsers are checked against that release's own list; a release without a list is "
+        'refused, naming the known ones and C(make engine-flags ENGINE= VERSION=), which adds one.',
+    )),
+    Input('kimi_trtllm_options', 'raw', field='engine_options', read='field', default={}, doc=(
+        "engine=trtllm only. More LLM-API options for trtllm-serve's YAML config (a dict, nested as the YAML is),"
+        " each key checked against the pinned release's TorchLlmArgs schema. Keys the collection writes "
+        '(tensor_parallel_size, pipeline_parallel_size, max_seq_len, trust_remote_code, kv_cache_config.dtype, '
+        'kv_cache_config.free_gpu_memory_fraction, backend) are refused, naming the variable that owns each.',
+    )),
+    Input('kimi_int4_revision', 'raw', doc=(
+        '40-hex lower-case commit of moonshotai/Kimi-K2.6. Required when quant is int4; there is no safe default.',
+    )),
+    Input('kimi_nvfp4_revision', 'raw', doc=(
+        '40-hex lower-case commit of nvidia/Kimi-K2.6-NVFP4. Required when quant is nvfp4.',
+    )),
+    Input('kimi_w4a8_revision', 'raw', doc=(
+        '40-hex lower-case commit of Eco-Tech/Kimi-K2.6-W4A8 (Ascend NPUs). Required when quant is w4a8.',
+    )),
+    Input('kimi_kv_cache_dtype', 'raw', field='kv_cache_dtype', read='field', doc=(
+        "KV-cache dtype; unset picks the recommended one of the engine's menu (SGLang fp8_e4m3, vLLM fp8).",
+    )),
+    Input('kimi_moe_backend', 'raw', field='moe_backend', read='field', doc=(
+        'NVFP4 MoE backend (marlin, flashinfer_b12x, flashinfer_cutedsl); unset picks per architecture.',
+    )),
+    Input('kimi_context_length', 'raw', field='context_length', read='field', doc=(
+        'Context length in tokens (4096..262144); unset serves the 256K window where the KV pool allows it.',
+    )),
+    Input('kimi_mem_fraction', 'raw', field='mem_fraction', read='field', doc=(
+        "The engine's memory knob (SGLang --mem-fraction-static <= 0.85, vLLM --gpu-memory-utilization <= 0.98, "
+        'TensorRT-LLM kv_cache_config.free_gpu_memory_fraction <= 0.9, a share of what is free after the '
+        'weights).',
+    )),
+    Input('kimi_tensor_parallel', 'raw', field='tp', read='field', doc=(
+        'Tensor-parallel size (a power of two, at most the GPUs found); unset uses every GPU.',
+    )),
+    Input('kimi_engine_host', 'raw', field='host', read='field', doc=(
+        'Address the engine listens on (default 127.0.0.1; the proxy reaches it over loopback).',
+        '0.0.0.0 is an opt-in, with a warning.',
+    )),
+    Input('kimi_engine_port', 'raw', field='port', read='field', doc=(
+        'Engine port (1..65535, default 30000).',
+    )),
+    Input('kimi_served_model_name', 'raw', field='served_model_name', read='field', doc=(
+        'The OpenAI C(model) id clients send (default kimi-k2.6).',
+    )),
+    Input('kimi_engine_extra_args', 'raw', field='extra_args', read='field', default=[], doc=(
+        "Extra engine arguments, a list of strings. Checked against the pinned engine's own option list; flags "
+        'the collection manages are refused in every spelling (aliases, C(=value), underscores).',
+    )),
+    Input('kimi_engine_image', 'raw', field='image', read='field', doc=(
+        'Override of the pinned engine image (a mirror). The old name C(kimi_image) still works, with a '
+        'deprecation warning.',
+    )),
+    Input('kimi_gpus', 'list', elements='dict', doc=(
+        'GPUs to plan for instead of reading them with M(kimi.deploy.gpu_facts) (C(-e '
+        '@tests/fixtures/gpus/<profile>.json)).',
+    )),
+    Input('kimi_allow_unfit', 'bool', default=False, doc=(
+        'Go on when the GPUs cannot hold the deployment. Only for tests.',
+    )),
+    Input('kimi_metrics', 'bool', default=True, doc=(
+        'Metrics on every host (M(kimi.deploy.kimi_metrics) role) - the node exporter, the accelerator exporter '
+        'and the deployment as series on loopback - and Caddy serving them to C(caddy_proxy_metrics_keys).',
+    )),
+    Input('kimi_bench_min_ratio', 'float', doc=(
+        "Gate each host on a post-deploy benchmark (site.yml's bench stage) - the output throughput of a bounded "
+        'sweep through the proxy must be at least this ratio of the baseline (C(kimi_bench_baseline), the '
+        "collection's for C(kimi_bench_profile), else the host's last run of the identity), or the host rolls "
+        'back as a failed verify does. Unset - no gate (the default; C(playbooks/bench.yml) benchmarks on '
+        'demand).',
+    )),
+    Input('kimi_bench_levels', 'list', default=[1, 4, 16], elements='int', doc=(
+        'The concurrencies of the sweep.',
+    )),
+    Input('kimi_bench_requests_per_level', 'int', default=32, doc=(
+        'Requests at each concurrency (the sweep is bounded by count, and by C(kimi_bench_timeout)).',
+    )),
+    Input('kimi_bench_input_tokens', 'int', default=1024, doc=(
+        "Mean prompt length of the synthetic requests, in the checkpoint's tokens (seeds 002/003 - 1K/1K).",
+    )),
+    Input('kimi_bench_output_tokens', 'int', default=1024, doc=(
+        'Mean output length of the synthetic requests.',
+    )),
+    Input('kimi_bench_timeout', 'int', default=1800, doc=(
+        'Seconds the whole sweep may take; the client is stopped and the run fails after it.',
+    )),
+    Input('kimi_bench_baseline', 'path', doc=(
+        "A benchmark result JSON to compare with (default - the collection's for C(kimi_bench_profile), else the "
+        'last run).',
+    )),
+    Input('kimi_bench_profile', 'str', doc=(
+        'The hardware profile whose shipped baseline applies (C(bench/baselines/<profile>-<identity>.json)).',
+    )),
+    Input('kimi_bench_dir', 'path', doc=(
+        'Where the results go on the controller (default C(~/.kimi-deploy/bench)).',
+    )),
+    Input('kimi_bench_url', 'str', doc=(
+        "The proxy's base URL as the controller reaches it (default "
+        'C(https://<caddy_proxy_site_address>:<port>)).',
+    )),
+    Input('kimi_bench_api_key', 'str', no_log=True, doc=(
+        'The key the benchmark sends (default - the first key of C(caddy_proxy_clients)); give it a client of its'
+        ' own.',
+    )),
+    Input('kimi_bench_api_key_file', 'path', doc=(
+        'A file on the controller holding that key instead.',
+    )),
+    Input('kimi_bench_ca_file', 'path', doc=(
+        "The CA that verifies the proxy (default - the proxy's internal root, copied from the host).",
+    )),
+    Input('kimi_bench_aiperf', 'path', doc=(
+        'The aiperf executable (default C(.venv-bench/bin/aiperf) of a checkout, made by C(make bench-client), '
+        'else C(aiperf) on the PATH).',
+    )),
+    Input('kimi_bench_confirm', 'bool', default=False, doc=(
+        'C(playbooks/bench.yml) loads the hosts like production traffic and runs only with this set.',
+    )),
+    Input('kimi_fleet_serial', 'raw', doc=(
+        'A fleet run - switch this many hosts at a time (a count such as C(1), or a percentage such as C(25%)), '
+        'each drained at its proxy first and put back after it is verified. Unset - every host at once, no drain.',
+    )),
+    Input('kimi_fleet_max_fail_percentage', 'int', doc=(
+        'Failed hosts (percent of a batch) that stop a fleet run; default 0 in a fleet run (the first failure '
+        'stops it).',
+    )),
+    Input('kimi_fleet_prefetch', 'bool', default=False, doc=(
+        'Prepare the target identity on every host (weights, image, page cache) while the current one serves, and'
+        ' stop before any switch. A later run then switches with only a restart and a load in the window.',
+    )),
+    Input('kimi_fleet_warm_page_cache', 'bool', doc=(
+        'Read the target shards into the page cache before the switch, within C(kimi_weights_warm_reserve_bytes).'
+        ' Default - on in a fleet run and a prefetch.',
+    )),
+    Input('kimi_replica', 'str', doc=(
+        'Name of the replica this host belongs to. The kimi_servers hosts with the same name serve one model '
+        "replica together, with the engines' own multi-node mode; the first in inventory order is the head, which"
+        ' serves the API, runs Caddy and is verified. The hosts of a replica restart together, and must be listed'
+        ' one after the other. Unset - the host is a replica of one.',
+    )),
+    Input('kimi_replica_head_address', 'str', field='head_address', read='member', doc=(
+        "The head's address on the replica's network, which every host of the replica must reach (checked in "
+        "preflight); default - the head's ansible_host, else its name.",
+    )),
+    Input('kimi_replica_port', 'int', field='dist_port', read='field', doc=(
+        "The engines' rendezvous port on the head (SGLang --dist-init-addr, vLLM --master-port); default 29500.",
+    )),
+    Input('kimi_pipeline_parallel', 'int', field='pp', read='field', doc=(
+        'Pipeline-parallel size; default - 1 on one host, the number of hosts for vLLM across hosts.',
+    )),
+    Input('kimi_replica_plan_hosts', 'int', doc=(
+        'plan.yml only - preview a replica of this many hosts like the one in kimi_gpus (C(make plan HOSTS=2)).',
+    )),
+    Input('kimi_pd', 'str', field='pd_members', doc=(
+        'Name of the prefill/decode disaggregated deployment this host belongs to. The kimi_servers hosts with '
+        "the same name serve one endpoint together, each in its C(kimi_pd_role), behind the engine's own router "
+        '(sglang-router, vllm-router, or trtllm-serve disaggregated) on one of them. They are switched, verified '
+        'and rolled back as one, and must be listed one after the other. Unset - not disaggregated.',
+    )),
+    Input('kimi_pd_role', 'str', field='pd_role', read='member', choices=('prefill', 'decode'), doc=(
+        "This host's role in its C(kimi_pd) deployment (the hosts of one C(kimi_replica) share one).",
+    )),
+    Input('kimi_pd_address', 'str', field='pd_address', read='member', doc=(
+        "This host's address on the deployment's network, where the router and the other role reach its engine "
+        "(and the prefill's bootstrap server); default - its ansible_host, else its name. The engines listen "
+        'there.',
+    )),
+    Input('kimi_pd_router', 'str', field='pd_router', read='pd', doc=(
+        "The host (of this C(kimi_pd)) that runs the router and Caddy; default - the first decode instance's.",
+    )),
+    Input('kimi_pd_transfer_backend', 'str', field='pd_transfer_backend', read='pd', doc=(
+        'The KV cache transfer backend (SGLang mooncake or nixl, ascend on Ascend; vLLM nixl; vLLM-Ascend '
+        'mooncake; TensorRT-LLM UCX or NIXL). Default - chosen from the engine and whether every host has RDMA '
+        'devices; the plan says why.',
+    )),
+    Input('kimi_pd_rdma_devices', 'list', field='pd_rdma_devices', read='member', elements='str', doc=(
+        "This host's RDMA devices for the KV transfer (e.g. C([mlx5_0, mlx5_1])); C([none]) turns RDMA off. "
+        'Default - those under /sys/class/infiniband.',
+    )),
+    Input('kimi_pd_bootstrap_port', 'int', field='pd_bootstrap_port', read='pd', doc=(
+        "SGLang's prefill bootstrap port (C(--disaggregation-bootstrap-port)); default 8998.",
+    )),
+    Input('kimi_pd_router_port', 'int', field='pd_router_port', read='pd', doc=(
+        "The router's port on loopback (Caddy's upstream on the router host); default 30080.",
+    )),
+    Input('kimi_pd_router_metrics_port', 'int', field='pd_router_metrics_port', read='pd', doc=(
+        "The router's Prometheus port on loopback (behind the metrics key at /metrics/router); default 29000.",
+    )),
+    # raw, not a list: a list spec would split a string on commas, which plan.yml refuses; the deployment model
+    # refuses anything but a list of strings, naming this variable, for both
+    Input('kimi_pd_router_extra_args', 'raw', field='pd_router_extra_args', read='pd', default=[], doc=(
+        "More router options, a list of strings, read as the pinned router's parser reads them; the options the "
+        'collection sets (workers, listen addresses) are refused.',
+    )),
+    Input('kimi_pd_plan', 'str', field='pd_plan', doc=(
+        'plan.yml only - preview a disaggregated deployment, e.g. C(1P1D) or C(2P2D) (C(make plan PD=1P1D)).',
+    )),
+    Input('kimi_speculative', 'raw', field='speculative', read='field', default='none', doc=(
+        'Speculative decoding - C(none), C(eagle3) or C(dflash) (a draft model proposes tokens the target checks '
+        "in one pass), or C(ngram) (drafts from the prompt, no model). Refused where the engine version's own "
+        "flag list lacks the method, and on TensorRT-LLM. The plan prints the flags in the engine's form and the "
+        "fit counts the draft's weights and KV.",
+    )),
+    Input('kimi_speculative_draft', 'str', field='speculative_draft', read='field', doc=(
+        "The draft's Hugging Face repo id; default - the known draft for the method and engine (eagle3 - vLLM "
+        'C(lightseekorg/kimi-k2.6-eagle3), SGLang C(AQ-MedAI/Kimi-K26-eagle3); dflash - '
+        'C(z-lab/Kimi-K2.6-DFlash)). kimi_weights downloads it beside the checkpoint and refuses one whose config'
+        " does not match Kimi-K2.6's.",
+    )),
+    Input('kimi_bundle', 'str', doc=(
+        'An air-gapped site - the folder of a bundle made by C(playbooks/bundle.yml) on a connected machine, on '
+        "this controller. Every file is checked against the bundle's manifest before any change (a changed byte "
+        "fails, naming the file), then what each host needs (images, pinned checkpoints, its release's packages);"
+        " the hosts then take everything from it - apt reads the bundle's signed repository alone (kimi_bundle "
+        'role), Docker loads its images, kimi_weights copies its checkpoints - and nothing reaches the internet.',
+    )),
+    Input('kimi_speculative_draft_revision', 'str', field='speculative_draft_revision', read='field', doc=(
+        '40-hex lower-case commit of the draft repo. Required with a draft method; there is no safe default.',
+    )),
+    Input('kimi_speculative_tokens', 'raw', field='speculative_tokens', read='field', doc=(
+        'Tokens drafted per step, 1-16 (vLLM num_speculative_tokens; SGLang --speculative-num-steps for EAGLE-3, '
+        "--speculative-num-draft-tokens for DFlash and n-gram). Default - the draft's published value (EAGLE-3 3,"
+        ' DFlash 15), n-gram 4.',
+    )),
+    Input('kimi_speculative_topk', 'raw', field='speculative_topk', read='field', doc=(
+        "SGLang EAGLE-3 only - branches per step (C(--speculative-eagle-topk)), 1-8; default the draft's or 1.",
+    )),
+    Input('kimi_speculative_draft_tokens', 'raw', field='speculative_draft_tokens', read='field', doc=(
+        'SGLang EAGLE-3 only - tokens verified per step (C(--speculative-num-draft-tokens)); with topk 1 it is '
+        "tokens + 1 (SGLang's rule), with a tree up to 1 + topk x tokens (the default).",
+    )),
+)
+
+HEADER = """\
+---
+# GENERATED from plugins/module_utils/_site_inputs.py by `make site-specs`: edit the table there, not this file.
+# The collection's site inputs: what users set in the inventory or with -e. site.yml's preflight checks their types
+# against this file (ansible.builtin.validate_argument_spec); their values are validated in one place, the
+# deployment model (kimi.deploy.deployment action, plugins/module_utils/_deployment.py), whose errors name the
+# variable and the allowed values. Role variables (nvidia_host_*, kimi_weights_*, kimi_serve_*, caddy_proxy_*)
+# are documented in each role's meta/argument_specs.yml.
+"""
+
+
+def by_variable():
+    return dict((i.variable, i) for i in INPUTS)
+
+
+def spec():
+    """The argument spec document of the site inputs ({argument_specs: {site: ...}}), as the YAML file holds it."""
+    options = {}
+    for item in INPUTS:
+        option = {"type": item.type}
+        for key in ("elements", "choices", "default"):
+            if getattr(item, key) is not None:
+                option[key] = list(getattr(item, key)) if key == "choices" else getattr(item, key)
+        if item.no_log:
+            option["no_log"] = True
+        option["description"] = list(item.doc) if len(item.doc) > 1 else item.doc[0]
+        options[item.variable] = option
+    return {"argument_specs": {"site": {
+        "short_description": "Site inputs of kimi.deploy (site.yml and playbooks/plan.yml)", "options": options}}}

@@ -1,0 +1,77 @@
+"""_site_inputs: the one table of site inputs, and what is derived from it (the variable map, the fields the
+deployment action reads, playbooks/vars/site_argument_specs.yml, whose no_log options are the bundle's secrets)."""
+import importlib.util
+import os
+
+import yaml
+
+from ansible_collections.kimi.deploy.plugins.module_utils import _bundle, _inputs, _site, _site_inputs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+SPECS = os.path.join(ROOT, "playbooks", "vars", "site_argument_specs.yml")
+
+
+def generator():
+    spec = importlib.util.spec_from_file_location("site_specs", os.path.join(ROOT, "tools", "site_specs.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def spec_file():
+    with open(SPECS) as handle:
+        return handle.read()
+
+
+def test_the_spec_file_is_the_table_rendered():
+    assert spec_file() == generator().render(_site_inputs), "run make site-specs"
+
+
+def test_the_spec_file_and_the_table_hold_the_same_inputs_both_ways():
+    options = yaml.safe_load(spec_file())["argument_specs"]["site"]["options"]
+    table = _site_inputs.by_variable()
+    assert sorted(set(options) - set(table)) == [], "in the spec file, not in the table"
+    assert sorted(set(table) - set(options)) == [], "in the table, not in the spec file"
+    for name, item in table.items():
+        option = options[name]
+        assert option["type"] == item.type and option.get("default") == item.default, name
+        assert option.get("choices") == (list(item.choices) if item.choices else None), name
+        assert bool(option.get("no_log")) == item.no_log, name
+        described = option["description"] if isinstance(option["description"], list) else [option["description"]]
+        assert described == list(item.doc) and all(described), name
+
+
+def test_each_variable_is_declared_once_and_each_field_has_one_variable():
+    variables = [item.variable for item in _site_inputs.INPUTS]
+    fields = [item.field for item in _site_inputs.INPUTS if item.field]
+    assert len(variables) == len(set(variables)) and len(fields) == len(set(fields))
+    assert all(item.read in (None, "field", "pd", "member") for item in _site_inputs.INPUTS)
+    assert all(item.field.startswith("pd_") for item in _site_inputs.INPUTS if item.read == "pd")
+
+
+def test_the_variable_map_and_the_action_fields_are_derived_from_the_table():
+    table = _site_inputs.by_variable()
+    for field, variable in _inputs.VARIABLES.items():
+        if field not in ("revision", "nodes", "node_rank"):
+            assert table[variable].field == field
+    for field, default in _site.FIELDS.items():
+        assert table[_inputs.VARIABLES[field]].default == default
+    for key, default in _site.PD_SETTINGS.items():
+        assert table[_inputs.VARIABLES["pd_" + key]].default == default
+    for quant in _site.QUANTS:  # a revision per checkpoint, each one an input
+        assert "kimi_%s_revision" % quant in table
+
+
+def test_the_bundle_drops_the_tables_secrets():
+    secrets = _bundle.secret_names([yaml.safe_load(spec_file())])
+    assert secrets == set(item.variable for item in _site_inputs.INPUTS if item.no_log) == {"kimi_bench_api_key"}
+    assert _bundle.inputs({"kimi_bench_api_key": "sk-x", "quant": "int4"}, secrets) == {"quant": "int4"}
+
+
+def test_a_stale_spec_file_is_reported(tmp_path, monkeypatch):
+    module = generator()
+    stale = tmp_path / "site_argument_specs.yml"
+    stale.write_text(spec_file().replace("default: auto", "default: int4", 1))
+    monkeypatch.setattr(module, "SPECS", str(stale))
+    assert module.main(["--check"]) == 1
+    assert module.main([]) == 0 and module.main(["--check"]) == 0 and stale.read_text() == spec_file()
