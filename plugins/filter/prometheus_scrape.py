@@ -16,12 +16,14 @@ description:
     C(kimi-accelerator) (C(/metrics/accelerator)), C(kimi-caddy) (C(/metrics/caddy)), C(kimi-router) (C(/metrics/router),
     a disaggregated deployment's router host) - over HTTPS to each host's
     Caddy, with a bearer metrics key read from a file (never in the configuration itself).
+  - The paths and jobs come from the one table of metrics routes, as the routes of P(kimi.deploy.metrics_routes#filter)
+    do.
   - Every target is labelled C(instance) (the inventory name) and C(replica) (C("") for a host alone).
   - Hosts whose metrics keys differ get one job per key (C(kimi-engine-<digest>)), relabelled to the same C(job).
 options:
   _input:
     description: The targets, C({host, address, port, replica, key, paths}); C(paths) are the metrics paths the host's
-      proxy serves (the engine's C(/metrics) first).
+      proxy serves (C(kimi_metrics_routes)' paths); the engine's C(/metrics) is scraped on every target.
     type: list
     elements: dict
     required: true
@@ -56,9 +58,7 @@ _value:
 import hashlib
 
 from ansible.errors import AnsibleFilterError
-
-JOBS = (("/metrics", "kimi-engine"), ("/metrics/node", "kimi-node"), ("/metrics/accelerator", "kimi-accelerator"),
-        ("/metrics/caddy", "kimi-caddy"), ("/metrics/router", "kimi-router"))
+from ansible_collections.kimi.deploy.plugins.module_utils._metrics_routes import ENGINE_PATH, JOBS
 
 
 def prometheus_scrape(targets, key_dir, ca_file="", interval="15s"):
@@ -79,7 +79,7 @@ def prometheus_scrape(targets, key_dir, ca_file="", interval="15s"):
     configs = []
     for metrics_path, job in JOBS:
         for digest in sorted(by_key):
-            hosts = [t for t in by_key[digest] if metrics_path in (t.get("paths") or ["/metrics"])]
+            hosts = [t for t in by_key[digest] if metrics_path in [ENGINE_PATH] + list(t.get("paths") or [])]
             if not hosts:
                 continue
             config = {

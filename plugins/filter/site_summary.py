@@ -47,7 +47,7 @@ options:
     description: C(kimi_image_report), when the image stage ran (NVFP4) - built, loaded or current, and the proof.
     type: dict
   marks:
-    description: C(kimi_site_stage_marks), a list of C({stage, at}) with C(at) in epoch seconds, C(start) first.
+    description: C(kimi_switch_stage_marks), a list of C({stage, at}) with C(at) in epoch seconds, C(start) first.
     type: list
     elements: dict
   run_tags:
@@ -69,7 +69,7 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: >-
       {{ kimi_deployment | kimi.deploy.site_summary(host=inventory_hostname, serve=kimi_serve_report | default(none),
-         proxy=caddy_proxy_report | default(none), marks=kimi_site_stage_marks, check_mode=ansible_check_mode) }}
+         proxy=caddy_proxy_report | default(none), marks=kimi_switch_stage_marks, check_mode=ansible_check_mode) }}
 """
 
 RETURN = r"""

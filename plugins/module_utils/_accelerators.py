@@ -16,9 +16,10 @@ __metaclass__ = type
 
 from ansible_collections.kimi.deploy.plugins.module_utils._gpu import GpuListError, summarize_gpus
 from ansible_collections.kimi.deploy.plugins.module_utils._npu import NpuListError, summarize_npus
+from ansible_collections.kimi.deploy.plugins.module_utils._platforms import ORDER, PLATFORMS as PLATFORM_DATA
 
-PLATFORMS = ("nvidia", "ascend")
-PLATFORM_TITLES = {"nvidia": "NVIDIA GPUs (CUDA)", "ascend": "Huawei Ascend NPUs (CANN)"}
+PLATFORMS = ORDER
+PLATFORM_TITLES = dict((name, entry["title"]) for name, entry in PLATFORM_DATA.items())
 
 RECOMMENDED = {
     "blackwell-rtx": {

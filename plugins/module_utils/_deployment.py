@@ -32,11 +32,13 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engines import option
 from ansible_collections.kimi.deploy.plugins.module_utils._fit import (
     MAX_NODES, MIN_KV_TOKENS, fit, replica_advice, replica_layout)
 from ansible_collections.kimi.deploy.plugins.module_utils._pd import for_instance, resolve_pd
+from ansible_collections.kimi.deploy.plugins.module_utils._platforms import DEFAULT as DEFAULT_PLATFORM, ORDER, traits
 from ansible_collections.kimi.deploy.plugins.module_utils._ports import check as check_ports, deployment_ports
 from ansible_collections.kimi.deploy.plugins.module_utils._speculative import resolve_speculative
 from ansible_collections.kimi.deploy.plugins.module_utils._inputs import (
     VARIABLES, DeploymentError, check_choice, check_int, check_no_control, check_text, fail, is_unset, var)
 from ansible_collections.kimi.deploy.plugins.module_utils._validate import ValueRuleError, check_revision
+from ansible_collections.kimi.deploy.plugins.module_utils._verify_checks import ENGINE as VERIFY_CHECKS
 
 # A replica over several hosts: the engines' own rendezvous (SGLang --dist-init-addr, vLLM --master-addr/port) on the
 # head, at this port unless kimi_replica_port says otherwise.
@@ -47,8 +49,6 @@ DEFAULT_PORT = 30000
 DEFAULT_HOST = "127.0.0.1"
 WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]")
 DEFAULT_SERVED_MODEL_NAME = "kimi-k2.6"
-# The checks of kimi.deploy.serve_verify an engine can pass, and what a missing capability removes.
-VERIFY_CHECKS = ("health", "models", "text", "text_no_thinking", "tool", "vision", "speculative")
 
 KV_NOTES = {
     "fp8_e4m3": "doubles the KV pool (116K -> 232K tokens on 8x96 GB), verified 5/5 incl. vision",
@@ -73,9 +73,10 @@ def _summary(gpus):
 
 
 def _quant_platform(quant):
-    """The platform a checkpoint runs on when no accelerator facts say (w4a8: Ascend; the others: NVIDIA)."""
+    """The platform a checkpoint runs on when no accelerator facts say: the one platform that serves it, else the
+    default one."""
     platforms = set(spec["platform"] for spec in ENGINES.values() if quant in spec["quants"])
-    return "ascend" if platforms == {"ascend"} else "nvidia"
+    return platforms.pop() if len(platforms) == 1 else DEFAULT_PLATFORM
 
 
 def _kv_note(kv):
@@ -88,8 +89,8 @@ def _advice(summary):
     why = list(pick["why"])
     if summary["count"] and not summary["homogeneous"]:
         why.append("Mixed %s (%s): judged by the weakest one." % (
-            "NPUs" if platform_of(summary) == "ascend" else "GPUs", ", ".join(summary["models"])))
-    key = build_of(pick["engine"], platform_of(summary) or "nvidia")
+            traits(platform_of(summary))["units"], ", ".join(summary["models"])))
+    key = build_of(pick["engine"], platform_of(summary) or DEFAULT_PLATFORM)
     return {"quant": pick["quant"], "engine": pick["engine"], "build": key,
             "kv_cache_dtype": ENGINES[key]["quants"][pick["quant"]]["kv_menu"][0],
             "moe_backend": pick["moe_backend"], "why": why}
@@ -131,8 +132,8 @@ def recommend(gpus, min_kv_tokens=MIN_KV_TOKENS):
 def _allowed_pairs(platform=None):
     """quant+engine pairs served on `platform`, or on each platform ("...; on Ascend: ...") when None."""
     if platform is None:
-        return "; ".join("%s%s" % ("on Ascend NPUs: " if p == "ascend" else "", _allowed_pairs(p))
-                         for p in ("nvidia", "ascend"))
+        return "; ".join("%s%s" % ("" if p == DEFAULT_PLATFORM else "on %s: " % PLATFORM_TITLES[p], _allowed_pairs(p))
+                         for p in ORDER)
     return ", ".join("%s+%s" % (quant, ENGINES[key]["name"]) for key in sorted(
         (k for k in ENGINES if ENGINES[k]["platform"] == platform), key=lambda k: ENGINES[k]["name"])
         for quant in sorted(ENGINES[key]["quants"]))
@@ -290,11 +291,11 @@ def _check_replica(engine, inputs, summary, reasons):
     # Tensor and pipeline parallel: every GPU of the replica once (replica_layout, overridable).
     tp = None if is_unset(inputs.get("tp")) else check_int("tp", inputs["tp"], 1, 64 * MAX_NODES)
     pp = None if is_unset(inputs.get("pp")) else check_int("pp", inputs["pp"], 1, 61)
-    ascend = ENGINES[engine]["platform"] == "ascend"
-    assumed = 16 if ascend else 8
+    reference = traits(ENGINES[engine]["platform"])
+    assumed = reference["assumed_units"]
     if summary is None and tp is None:
         reasons.append("%s: no accelerator facts, assuming the %d-%s reference host."
-                       % ("Ascend" if ascend else "tensor parallel 8", assumed, "NPU" if ascend else "GPU"))
+                       % (reference["assumed_host"], assumed, reference["unit"]))
     count = summary["count"] if summary else assumed
     tp_given = tp is not None  # a refusal names the variable the user set, not the one derived from it
     tp, pp, dp, layout_why = replica_layout(engine, count, nodes, tp, pp)
@@ -380,7 +381,7 @@ def _capabilities(engine, version, reasons, warnings):
     spec = ENGINES[engine]
     tool = parser_name(engine, version, "tool")
     reasoning = parser_name(engine, version, "reasoning")
-    checks = list(VERIFY_CHECKS)
+    checks = list(VERIFY_CHECKS)  # the checks against the engine (_verify_checks), less what this version lacks
     title = "%s %s" % (spec["title"], version)
     if not tool:
         checks.remove("tool")
@@ -512,9 +513,11 @@ def resolve(inputs, gpus=None, require_revision=True):
         "identity": "%s-%s" % (quant, engine),
         "quant": quant,
         "engine": engine,
-        # The build of the engine for this platform (the registry key of its data), and the platform.
+        # The build of the engine for this platform (the registry key of its data), and the platform with what the
+        # roles read of it (_platforms: its host role, devices, collective environment, exporter).
         "engine_build": key,
         "platform": platform,
+        "platform_traits": traits(platform),
         "engine_title": spec["title"],
         "engine_version": version,
         "engine_verified": release["verified"],

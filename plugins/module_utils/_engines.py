@@ -23,12 +23,14 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engine_sglang_ascend 
 from ansible_collections.kimi.deploy.plugins.module_utils._engine_vllm import ENGINE as VLLM
 from ansible_collections.kimi.deploy.plugins.module_utils._engine_vllm_ascend import ENGINE as VLLM_ASCEND
 from ansible_collections.kimi.deploy.plugins.module_utils._inputs import DeploymentError, fail, var
+from ansible_collections.kimi.deploy.plugins.module_utils._platforms import DEFAULT as DEFAULT_PLATFORM
+from ansible_collections.kimi.deploy.plugins.module_utils._platforms import ORDER as PLATFORM_ORDER
 
 # Keyed by build: an engine (the `engine` input) has one build per accelerator platform it runs on.
 ENGINES = dict((spec.get("key", spec["name"]), spec) for spec in (SGLANG, VLLM, TRTLLM, VLLM_ASCEND, SGLANG_ASCEND))
 for _key, _spec in ENGINES.items():
     _spec.setdefault("key", _key)
-    _spec.setdefault("platform", "nvidia")
+    _spec.setdefault("platform", DEFAULT_PLATFORM)
     _spec.setdefault("container_env", {})
     _spec.setdefault("container_env_multi_node", {})
     _spec.setdefault("container_shm_bytes", None)
@@ -37,13 +39,13 @@ ENGINE_NAMES = tuple(sorted(set(spec["name"] for spec in ENGINES.values())))
 
 
 def builds_of(engine):
-    """The builds (registry keys) of the engine `engine`, NVIDIA first."""
+    """The builds (registry keys) of the engine `engine`, in the platforms' order."""
     return sorted((key for key, spec in ENGINES.items() if spec["name"] == engine),
-                  key=lambda key: (ENGINES[key]["platform"] != "nvidia", key))
+                  key=lambda key: (PLATFORM_ORDER.index(ENGINES[key]["platform"]), key))
 
 
 def build_of(engine, platform):
-    """The build of `engine` for `platform` (nvidia, ascend), or None where it has none."""
+    """The build of `engine` for `platform` (a _platforms name), or None where it has none."""
     return next((key for key in builds_of(engine) if ENGINES[key]["platform"] == platform), None)
 
 

@@ -20,6 +20,7 @@ __metaclass__ = type
 
 import itertools
 
+from ansible_collections.kimi.deploy.plugins.module_utils._platforms import traits
 from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import (
     CHECKPOINTS, GB, KV_BYTES_PER_TOKEN, KV_ELEMENT, MIB, REPLICATED_WEIGHT_BYTES, non_expert_bytes)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines import ENGINES
@@ -125,7 +126,8 @@ def fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens=MIN
     if not gpus["count"]:
         return {"fits": False, "kv_tokens": 0, "settings_advice": None,
                 "reason": "Does not fit: no NVIDIA GPU or Ascend NPU was found."}
-    unit, memory_name = ("NPU", "HBM") if gpus.get("platform") == "ascend" else ("GPU", "VRAM")
+    platform = traits(gpus.get("platform"))
+    unit, memory_name = platform["unit"], platform["memory"]
     what = "%d x %s" % (gpus["count"], ", ".join(gpus["models"]))
     if nodes > 1:
         what = "%d hosts of %s" % (nodes, what)

@@ -12,8 +12,10 @@ __metaclass__ = type
 import json
 import shlex
 
+from ansible_collections.kimi.deploy.plugins.module_utils._platforms import traits
+
 # The site stages in order, each with the tag that selects it (site.yml).
-STAGES = ("preflight", "nvidia_host", "weights", "image", "serve", "metrics", "proxy", "bench")
+STAGES = ("preflight", "host", "weights", "image", "serve", "metrics", "proxy", "bench")
 # Stages that are off unless asked for (kimi_metrics false, no kimi_bench_min_ratio): left out of the line then.
 OPTIONAL_STAGES = ("metrics", "bench")
 
@@ -30,7 +32,7 @@ def plan_lines(d):
         nodes = d.get("nodes", 1)
         hardware = "%s%d x %s, %s, %d MiB pool, fits=%s, KV estimate %s tokens" % (
             "%d hosts of " % nodes if nodes > 1 else "", hw["gpu_count"], "/".join(hw["models"]),
-            hw["arch"] if d.get("platform") == "ascend" else hw["sm"],
+            hw[traits(d.get("platform"))["family_key"]],
             hw["vram_total_mib"] * nodes, hw["fits"], hw["kv_tokens_estimate"])
     else:
         hardware = "no accelerator facts given"
@@ -159,9 +161,7 @@ def stage_times(marks, run_tags=("all",), skip_tags=(), local_build=False):
     run_tags, skip_tags = set(run_tags or ["all"]), set(skip_tags or [])
     out = []
     prev = at.get("start")
-    # The host stage is nvidia_host or, on an Ascend host, ascend_host.
-    stages = [("ascend_host" if stage == "nvidia_host" and "ascend_host" in at else stage) for stage in STAGES]
-    for stage in stages:
+    for stage in STAGES:
         if stage not in at and stage in OPTIONAL_STAGES:
             continue
         if stage not in at:
@@ -231,7 +231,7 @@ def site_summary(d, host, gpus=None, serve=None, proxy=None, weights=None, marks
             host, d["identity"], d["served_model_name"], serve.get("url"))
     else:
         head = "%s: %s resolved; not serving from this run (stages skipped)" % (host, d["identity"])
-    lines = [head, "%s: %s" % ("NPUs" if d.get("platform") == "ascend" else "GPUs", gpus or "not read")]
+    lines = [head, "%s: %s" % (traits(d.get("platform"))["units"], gpus or "not read")]
     lines.append("identity: %s (quant=%s, engine=%s %s) from %s@%s" % (
         d["identity"], d["quant"], d["engine"], d["engine_version"], ckpt["repo_id"], ckpt["revision"]))
     lines += ["why: " + r for r in d.get("reasons", [])]

@@ -206,7 +206,7 @@ INPUTS = (
         "The host (of this C(kimi_pd)) that runs the router and Caddy; default - the first decode instance's.",
     )),
     Input('kimi_pd_transfer_backend', 'str', field='pd_transfer_backend', read='pd', doc=(
-        'The KV cache transfer backend (SGLang mooncake or nixl, ascend on Ascend; vLLM nixl; vLLM-Ascend '
+        'The KV cache transfer backend (SGLang mooncake or nixl, C(ascend) on Ascend; vLLM nixl; vLLM-Ascend '
         'mooncake; TensorRT-LLM UCX or NIXL). Default - chosen from the engine and whether every host has RDMA '
         'devices; the plan says why.',
     )),

@@ -166,7 +166,7 @@ EXAMPLES = r"""
       - uris: [https://nvidia.github.io/libnvidia-container/stable/deb/amd64]
         suites: ['./']
         signed_by: /etc/kimi/nvidia-container-toolkit.asc
-    packages: [nvidia-container-toolkit=1.18.0-1]
+    packages: [libnvidia-container-tools=1.18.0-1]
     signing_home: /var/lib/kimi-deploy/bundle-gnupg
   delegate_to: localhost
 

@@ -130,7 +130,7 @@ options:
   peers:
     description:
       - Hosts of the fleet that hold a verified cache of this repo, served read-only over HTTP(S) as
-        C(<url>/<repo folder>/blobs/<etag>) (the C(caddy_proxy) role's peer cache server, Caddy's C(file_server)).
+        C(<url>/<repo folder>/blobs/<etag>) (the C(kimi_weights) role's peer cache server, Caddy's C(file_server)).
       - The listing, sizes and hashes still come from O(endpoint) (hashes from the hub, bytes from peers); every blob a
         peer sends is hashed against them, and a blob that fails is fetched again without that peer.
       - Peers are preferred; each gets at most O(peer_connections) transfers at once. A peer that refuses the key, cuts

@@ -200,9 +200,11 @@ from urllib.request import HTTPSHandler, ProxyHandler, Request, build_opener
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kimi.deploy.plugins.module_utils._speculative import acceptance
+# The checks and the default ones (no_key only makes sense through a proxy that checks keys) come from the one table;
+# test_verify_checks.py compares DOCUMENTATION's choices and default with it.
+from ansible_collections.kimi.deploy.plugins.module_utils._verify_checks import (
+    ALL as CHECKS, MODULE_DEFAULT as DEFAULT_CHECKS)
 
-CHECKS = ("health", "models", "text", "text_no_thinking", "tool", "vision", "no_key", "metrics", "speculative")
-DEFAULT_CHECKS = CHECKS[:6]  # no_key only makes sense through a proxy that checks keys
 VISION_COLOUR = ("red", (220, 20, 20))
 TEXT_PROMPT = "What is the capital of France? Answer in one short sentence."
 TOOL = {"type": "function", "function": {

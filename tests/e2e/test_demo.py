@@ -105,7 +105,7 @@ def test_site_yml_ends_with_one_summary_per_host(first_run):
     assert re.search(r"verify through the proxy: health ok \d+ ms, models ok \d+ ms, text ok \d+ ms, tool ok \d+ ms, "
                      r"vision ok \d+ ms", out)
     assert re.search(r"verify on the engine: health ok \d+ ms", out)
-    assert re.search(r"stages: preflight [\d.]+ s, nvidia_host [\d.]+ s, weights [\d.]+ s, image not needed, "
+    assert re.search(r"stages: preflight [\d.]+ s, host [\d.]+ s, weights [\d.]+ s, image not needed, "
                      r"serve [\d.]+ s, metrics [\d.]+ s, proxy [\d.]+ s \(total [\d.]+ s\)", out)
     assert "why: quant=int4 engine=sglang: set by the user." in out
 
@@ -363,7 +363,7 @@ def test_ascend_a3_host_serves_w4a8_on_vllm_ascend_through_caddy(first_run):
     assert "blue" in lines_of(out, "vision:")[0]
     assert "model: kimi-k2.6 (w4a8-vllm on ascend-a3-x16)" in out
     assert "NPUs: 16 x Ascend910 (ascend-a3), 1048576 MiB HBM in all, driver 25.2.1" in out
-    assert re.search(r"stages: preflight [0-9.]+ s, ascend_host [0-9.]+ s, weights", out)
+    assert re.search(r"stages: preflight [0-9.]+ s, host [0-9.]+ s, weights", out)
     assert container(".Config.Image") == "kimi-double/vllm-ascend:v0.20.2rc1-a3"
     command = container(".Config.Cmd")
     assert command[:5] == ["vllm", "serve", "Eco-Tech/Kimi-K2.6-W4A8", "--quantization", "ascend"]

@@ -15,6 +15,8 @@ import jinja2.meta
 import pytest
 import yaml
 
+from ansible_collections.kimi.deploy.plugins.module_utils import _platforms
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, "roles", "kimi_monitoring")
 TEMPLATE = os.path.join(ROLE, "templates", "kimi-alerts.yml.j2")
@@ -44,7 +46,12 @@ def render(trim_blocks=False):
     """Plain jinja2 with the role's defaults only (StrictUndefined: any other variable fails); trim_blocks as
     Ansible's template module sets it."""
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=trim_blocks, keep_trailing_newline=True)
-    return env.from_string(source()).render(**defaults())
+    values = defaults()
+    # The role's vars/main.yml as Ansible makes them: the platforms' entries and each exporter's temperature limit.
+    platforms = _platforms.entries()
+    limits = dict((p["exporter"]["temperature"], values[p["exporter"]["temperature_threshold"]]) for p in platforms)
+    return env.from_string(source()).render(_kimi_monitoring_platforms=platforms,
+                                            _kimi_monitoring_temperature_limits=limits, **values)
 
 
 def rules():
@@ -80,9 +87,13 @@ def workdir(tmp_path_factory):
 def test_the_template_uses_only_the_alert_defaults():
     used = jinja2.meta.find_undeclared_variables(jinja2.Environment().parse(source()))
     alert_defaults = {name for name in defaults() if name.startswith(PREFIX)}
+    # the platforms' temperature limits are the defaults each platform's exporter names (the role's vars/main.yml)
+    platform_vars = {"_kimi_monitoring_platforms", "_kimi_monitoring_temperature_limits"}
+    thresholds = {p["exporter"]["temperature_threshold"] for p in _platforms.entries()}
     assert used, "the template should take its thresholds from the defaults"
-    assert sorted(used - alert_defaults) == [], "variables that are not kimi_monitoring_alert_* defaults"
-    assert sorted(alert_defaults - used) == [], "alert defaults the template does not use"
+    assert sorted(used - alert_defaults - platform_vars) == [], "variables that are not kimi_monitoring_alert_* defaults"
+    assert thresholds <= alert_defaults, "a platform names a threshold kimi_monitoring does not declare"
+    assert sorted(alert_defaults - used - thresholds) == [], "alert defaults the template does not use"
 
 
 def test_the_alert_defaults_sit_under_the_alerts_heading_each_commented():

@@ -1,5 +1,5 @@
 """hf_snapshot with peers: hashes from the hub, bytes from hosts that hold a verified cache. The fake hub lists and
-logs; the peer double (tests/doubles/peer, the interface of the caddy_proxy role's peer cache server) serves a seed's
+logs; the peer double (tests/doubles/peer, the interface of the kimi_weights role's peer cache server) serves a seed's
 cache with the faults Caddy cannot make on demand: a flipped byte, a death mid-transfer. The real huggingface_hub
 reads what the receiving host wrote.
 """

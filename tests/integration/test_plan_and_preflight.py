@@ -42,7 +42,8 @@ def test_plan_prints_identity_why_checkpoint_image_and_command():
 
 
 def test_make_plan_prints_the_trtllm_serve_command_and_its_yaml():
-    """The README's `make plan GPUS=b200-x8 QUANT=nvfp4 ENGINE=trtllm`: the command, the YAML it writes, the version."""
+    """docs/docsite/rst/tensorrt_llm.rst's `make plan GPUS=b200-x8 QUANT=nvfp4 ENGINE=trtllm`: the command, the YAML
+    it writes, the version."""
     proc = subprocess.run(["make", "--no-print-directory", "plan", "GPUS=b200-x8", "QUANT=nvfp4", "ENGINE=trtllm"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     out = " ".join(proc.stdout.split())
@@ -84,8 +85,8 @@ def test_plan_refuses_bad_input_clearly(extra, message):
 
 
 def test_make_plan_prints_the_speculative_flags_the_draft_and_the_fit():
-    """The README's `make plan ... SPEC=eagle3`: the flags in the engine's form, the draft (unpinned: a warning), its
-    share in the fit."""
+    """docs/docsite/rst/speculation.rst's `make plan ... SPEC=eagle3`: the flags in the engine's form, the draft
+    (unpinned: a warning), its share in the fit."""
     proc = subprocess.run(["make", "--no-print-directory", "plan", "QUANT=int4", "ENGINE=vllm", "SPEC=eagle3"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     out = " ".join(proc.stdout.split())
@@ -104,7 +105,7 @@ def test_site_refuses_an_unpinned_draft(tmp_path):
     assert rc != 0
     assert "kimi_speculative_draft_revision is not set" in out, out[-2000:]
     assert "api/models/AQ-MedAI/Kimi-K26-eagle3/revision/main" in out
-    assert "Turn the host into a GPU container host" not in out
+    assert "Turn the host into a container host for its accelerators" not in out
 
 
 def test_site_refuses_bad_input_before_any_role_runs(tmp_path):
@@ -112,7 +113,7 @@ def test_site_refuses_bad_input_before_any_role_runs(tmp_path):
     rc, out = playbook("-i", str(inventory), "site.yml", "-e", "quant=nvfp4", "-e", "engine=sglang", "-e", RTX)
     assert rc != 0
     assert "NaN" in out
-    assert "Turn the host into a GPU container host" not in out  # the changing play never started
+    assert "Turn the host into a container host for its accelerators" not in out  # the changing play never started
 
 
 def test_site_refuses_an_unpinned_checkpoint(tmp_path):
@@ -149,9 +150,10 @@ def test_site_on_a_bare_host_asks_for_quant_and_engine(tmp_path):
     rc, out = playbook("-i", str(inventory), "site.yml", "-e", "nvidia_host_sys_root=%s" % (tmp_path / "sys"),
                        "-e", "nvidia_host_nvidia_smi=/nonexistent/nvidia-smi", "-e", "kimi_int4_revision=" + SHA)
     assert rc != 0
-    assert "has 2 NVIDIA GPU(s) on the PCI bus (0000:01:00.0, 0000:21:00.0) but no working driver yet" in out, out
+    assert ("2 NVIDIA GPU(s) on the PCI bus (0000:01:00.0, 0000:21:00.0): the memory and compute capability of its GPUs "
+            "are unknown") in out, out
     assert "-e quant=int4 -e engine=sglang" in out
-    assert "Turn the host into a GPU container host" not in out
+    assert "Turn the host into a container host for its accelerators" not in out
 
 
 H100X4 = "@tests/fixtures/gpus/h100-x4.json"
@@ -175,7 +177,7 @@ def test_site_refuses_a_pool_that_cannot_hold_the_checkpoint(tmp_path):
     assert rc != 0
     assert "cannot hold int4-vllm" in out and "4 x NVIDIA H100 80GB HBM3" in out, out
     assert "kimi_allow_unfit=true only to test" in out
-    assert "Turn the host into a GPU container host" not in out
+    assert "Turn the host into a container host for its accelerators" not in out
 
 
 def test_site_fit_uses_the_chosen_tensor_parallel_size(tmp_path):
@@ -186,7 +188,7 @@ def test_site_fit_uses_the_chosen_tensor_parallel_size(tmp_path):
     assert rc != 0
     assert "cannot hold int4-sglang" in out and "tensor parallel 4" in out, out
     assert "With kimi_tensor_parallel=8 it would fit" in out
-    assert "Turn the host into a GPU container host" not in out
+    assert "Turn the host into a container host for its accelerators" not in out
 
 
 def test_site_refuses_a_dev_shm_too_small_for_trtllm_before_any_change(tmp_path):
@@ -198,7 +200,7 @@ def test_site_refuses_a_dev_shm_too_small_for_trtllm_before_any_change(tmp_path)
     assert rc != 0
     assert re.search(r"localhost: /dev/shm has [0-9.]+ [KMGT]?i?B; TensorRT-LLM needs at least 32\.00 TB "
                      r"\(kimi_serve_shm_min_bytes\): TensorRT-LLM stages the weights through /dev/shm", out), out
-    assert "Nothing was changed" in out and "Turn the host into a GPU container host" not in out
+    assert "Nothing was changed" in out and "Turn the host into a container host for its accelerators" not in out
 
 
 def test_site_refuses_the_published_example_api_key(tmp_path):
@@ -208,7 +210,7 @@ def test_site_refuses_the_published_example_api_key(tmp_path):
     assert rc != 0
     assert "published in this repository's example inventory" in out, out
     assert "example-0123456789abcdef0123456789abcdef" not in out  # compared by digest, never printed
-    assert "Turn the host into a GPU container host" not in out
+    assert "Turn the host into a container host for its accelerators" not in out
 
 
 def test_site_preflight_fails_fast_on_an_unreachable_hub(tmp_path):
@@ -218,7 +220,7 @@ def test_site_preflight_fails_fast_on_an_unreachable_hub(tmp_path):
                        "-e", "kimi_weights_hf_home=%s" % (tmp_path / "hf"))
     assert rc != 0
     assert "Plan the download" in out and "127.0.0.1:9" in out, out
-    assert "Turn the host into a GPU container host" not in out
+    assert "Turn the host into a container host for its accelerators" not in out
     assert not (tmp_path / "hf").exists()  # the plan writes nothing
 
 
@@ -227,7 +229,7 @@ def test_site_stage_tags_keep_the_preflight():
                        "--vault-password-file", "inventories/example/vault-password.example")
     assert rc == 0, out
     # preflight always runs: the resolution and the tasks of its imported VRAM-fit file are listed
-    assert "Resolve the deployment" in out and "Check the hosts of this host's replica resolved the same" in out
+    assert "Resolve the deployment" in out and "Check the site inputs against their specification" in out
     assert "Check the GPUs can hold the deployment" in out
     assert "kimi.deploy.caddy_proxy : Check the proxy settings" in out
     assert "nvidia_host : Check the driver settings" not in out and "kimi_weights : Start the download" not in out
@@ -250,7 +252,7 @@ def test_site_preflight_refuses_api_keys_given_as_a_string(tmp_path):
     assert rc != 0
     assert "caddy_proxy_api_keys must be a list of keys" in out and "(got a str, not a list)" in out, out
     assert ("k" * 40) not in out  # no_log in the spec: the value is never printed
-    assert "Turn the host into a GPU container host" not in out
+    assert "Turn the host into a container host for its accelerators" not in out
 
 
 def test_plan_for_one_8_x_h100_says_it_fits_as_a_2_host_replica_and_prints_the_two_host_plan():
@@ -287,7 +289,7 @@ def site_on_h100s(inventory, *extra):
 def assert_nothing_changed(out, *hosts):
     recap = out.rsplit("PLAY RECAP", maxsplit=1)[-1]
     assert all("%s : ok=" % host in recap for host in hosts) and not re.search(r"changed=[1-9]", recap), recap
-    assert "Turn the host into a GPU container host" not in out
+    assert "Turn the host into a container host for its accelerators" not in out
 
 
 def test_site_refuses_a_wrong_head_address_naming_each_host_and_the_port(tmp_path):
@@ -411,7 +413,8 @@ def test_site_refuses_a_bad_fleet_serial_naming_the_variable(tmp_path):
 
 
 def test_make_plan_prints_the_two_host_a2_replica():
-    """The README's `make plan GPUS=ascend-a2-x8 HOSTS=2`: vLLM-Ascend over two Atlas 800 A2, each member's command."""
+    """docs/docsite/rst/ascend.rst's `make plan GPUS=ascend-a2-x8 HOSTS=2`: vLLM-Ascend over two Atlas 800 A2, each
+    member's command."""
     proc = subprocess.run(["make", "--no-print-directory", "plan", "GPUS=ascend-a2-x8", "HOSTS=2"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     out = " ".join(proc.stdout.split())
@@ -434,11 +437,12 @@ def test_site_refuses_cuda_only_identities_on_an_ascend_host_before_any_change(t
     assert "quant=int4 engine=sglang is refused on 16 x Ascend910 (Huawei Ascend NPUs (CANN)): moonshotai/Kimi-K2.6's " \
            "INT4 (compressed-tensors, Marlin MoE kernels) needs CUDA" in flat, out
     assert "Allowed here: w4a8+sglang, w4a8+vllm" in flat
-    assert "Turn the host into a GPU container host" not in out
+    assert "Turn the host into a container host for its accelerators" not in out
 
 
 def test_make_plan_prints_each_role_and_the_router_of_a_1p1d_deployment():
-    """The README's `make plan GPUS=h200-x8 PD=1P1D`: each role's command and the router's, with example addresses."""
+    """docs/docsite/rst/disaggregation.rst's `make plan GPUS=h200-x8 PD=1P1D`: each role's command and the router's,
+    with example addresses."""
     proc = subprocess.run(["make", "--no-print-directory", "plan", "GPUS=h200-x8", "PD=1P1D", "ENGINE=sglang",
                            "QUANT=int4"], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     out = " ".join(proc.stdout.split())
@@ -503,7 +507,7 @@ def test_site_refuses_a_bad_bundle_naming_kimi_bundle_and_bundle_yml(tmp_path, m
     assert rc != 0
     assert "kimi.deploy: kimi_bundle=%s is not allowed" % bundle in out and why in out, out[-3000:]
     assert "playbooks/bundle.yml" in out
-    assert "Turn the host into a GPU container host" not in out
+    assert "Turn the host into a container host for its accelerators" not in out
 
 
 # Every secret variable (the no_log options of the argument specs), each with a value no output may carry.
@@ -511,7 +515,6 @@ SECRETS = {
     "caddy_proxy_clients": [{"name": "team-a", "keys": ["secret-client-key-0123456789abcdefghijkl"]}],
     "caddy_proxy_metrics_keys": ["secret-metrics-key-0123456789abcdefghij"],
     "caddy_proxy_api_keys": ["secret-api-key-0123456789abcdefghijklmnop"],
-    "caddy_proxy_peer_key": "secret-peer-key-0123456789abcdefghijklmn",
     "kimi_weights_hf_token": "hf_secretToken0123456789abcdefghijkl",
     "kimi_weights_peer_key": "secret-weights-peer-key-0123456789abcdef",
     "kimi_bench_api_key": "secret-bench-key-0123456789abcdefghijklm",

@@ -1,4 +1,4 @@
-"""Peer cache server double: what the caddy_proxy role's peer cache server (Caddy file_server) answers, for tests
+"""Peer cache server double: what the kimi_weights role's peer cache server (Caddy file_server) answers, for tests
 that need faults Caddy cannot make on demand.
 
 Interface, as the real one (roles/caddy_proxy/templates/kimi-peers.Caddyfile.j2):

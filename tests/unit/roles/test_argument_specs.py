@@ -18,6 +18,9 @@ def load(role, *parts):
 
 
 HOST_ROLES = ("nvidia_host", "ascend_host")  # generic accelerator hosts: no Kimi knowledge
+# Private roles (a leading underscore, as prometheus.prometheus._common): what the host roles share, each given its
+# variables by the role that includes it; no Kimi knowledge either.
+PRIVATE_ROLES = ("_image_archive",)
 # The monitoring host's role reads the other hosts' deployments (hostvars), not one of its own.
 MONITOR_ROLES = ("kimi_monitoring",)
 # The air-gapped host's apt source: the bundle's repository for the host's release, whatever it serves.
@@ -28,9 +31,29 @@ def _computed(value):
     return isinstance(value, str) and value.strip().startswith("{{") and value.strip().endswith("}}")
 
 
-def test_the_ten_roles_exist():
-    assert ROLES == ["ascend_host", "caddy_proxy", "kimi_bundle", "kimi_image", "kimi_metrics", "kimi_monitoring",
-                     "kimi_router", "kimi_serve", "kimi_weights", "nvidia_host"]
+def test_the_eleven_roles_and_the_private_one_exist():
+    assert ROLES == ["_image_archive", "ascend_host", "caddy_proxy", "kimi_bundle", "kimi_image", "kimi_metrics",
+                     "kimi_monitoring", "kimi_router", "kimi_serve", "kimi_switch", "kimi_weights", "nvidia_host"]
+
+
+@pytest.mark.parametrize("role", PRIVATE_ROLES)
+def test_a_private_role_is_included_by_roles_that_pass_it_every_variable(role):
+    """No defaults: each role that includes it names every option, from its own variables."""
+    assert load(role, "defaults", "main.yml") == {}
+    options = load(role, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
+    assert all(option.get("required") for option in options.values())
+    callers = 0
+    for folder, _dirs, files in os.walk(os.path.join(ROOT, "roles")):
+        for name in files:
+            if not name.endswith(".yml") or folder.startswith(os.path.join(ROOT, "roles", role)):
+                continue
+            for task in load(os.path.relpath(folder, os.path.join(ROOT, "roles")), name) or []:
+                include = task.get("ansible.builtin.include_role") or task.get("ansible.builtin.import_role") or {} \
+                    if isinstance(task, dict) else {}
+                if include.get("name") == "kimi.deploy." + role:
+                    callers += 1
+                    assert set(task.get("vars", {})) == set(options), "%s/%s" % (folder, name)
+    assert callers >= 2  # shared, or it belongs in its one user
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -59,13 +82,13 @@ def test_defaults_and_argument_specs_agree(role):
         assert name.startswith(role + "_"), "%s: variable %s lacks the role prefix" % (role, name)
 
 
-@pytest.mark.parametrize("role", [r for r in ROLES if r not in HOST_ROLES + MONITOR_ROLES + SITE_ROLES])
+@pytest.mark.parametrize("role", [r for r in ROLES if r not in HOST_ROLES + MONITOR_ROLES + SITE_ROLES + PRIVATE_ROLES])
 def test_serving_roles_consume_the_resolved_deployment(role):
     options = load(role, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
     assert options["kimi_deployment"]["required"] is True
 
 
-@pytest.mark.parametrize("role", HOST_ROLES)
+@pytest.mark.parametrize("role", HOST_ROLES + PRIVATE_ROLES)
 def test_host_roles_know_nothing_about_kimi(role):
     """A generic accelerator container host: no Kimi deployment variable or fact anywhere in the role (kimi.deploy
     FQCNs and kimi-* file names are the collection's namespace, not deployment knowledge)."""
@@ -100,3 +123,21 @@ def test_secrets_are_no_log(role):
     for name, spec in options.items():
         if any(word in name for word in ("token", "api_key", "password", "secret")):
             assert spec.get("no_log") is True, "%s: %s must be no_log" % (role, name)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_registers_take_the_roles_one_prefix(role):
+    """Every register inside a role is __<role>_... (a private role's name without its leading underscore), never
+    another role's or a one-underscore one: what a task registers is the role's own, and one prefix says so."""
+    prefix = "__%s_" % role.lstrip("_")
+    wrong = []
+    for folder, _dirs, files in os.walk(os.path.join(ROOT, "roles", role)):
+        for name in files:
+            if not name.endswith(".yml"):
+                continue
+            with open(os.path.join(folder, name)) as handle:
+                for number, line in enumerate(handle, 1):
+                    found = re.match(r"\s*register:\s*(\S+)", line)
+                    if found and not found.group(1).startswith(prefix):
+                        wrong.append("%s:%d: %s" % (os.path.relpath(handle.name, ROOT), number, found.group(1)))
+    assert wrong == []

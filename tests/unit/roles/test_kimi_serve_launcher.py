@@ -44,7 +44,10 @@ def prepare(tmp_path, deployment, busy=""):
     (tmp_path / "etc" / "container.env").write_text("\n")
     launcher = tmp_path / "kimi-k26-launch"
     launcher.write_text(render("kimi-k26-launch.j2", kimi_serve_service_name="kimi-k26",
-                               kimi_serve_env_file="/etc/kimi-k26.env"))
+                               kimi_serve_env_file="/etc/kimi-k26.env",
+                               _kimi_serve_platform=deployment["platform_traits"]))
+    devices = deployment["platform_traits"]["device_args"] or []  # Ascend: what npu_facts read (ascend() writes it)
+    (tmp_path / "etc" / "devices.args").write_text("# devices\n" + "".join(arg + "\n" for arg in devices))
     launcher.chmod(0o755)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)

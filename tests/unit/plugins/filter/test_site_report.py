@@ -22,7 +22,7 @@ def deployment():
     return resolve({"quant": "int4", "engine": "sglang", "revisions": {"int4": REV}}, gpus)
 
 
-MARKS = [{"stage": "start", "at": 100.0}, {"stage": "preflight", "at": "102.5"}, {"stage": "nvidia_host", "at": 110},
+MARKS = [{"stage": "start", "at": 100.0}, {"stage": "preflight", "at": "102.5"}, {"stage": "host", "at": 110},
          {"stage": "weights", "at": 111}, {"stage": "image", "at": 111}, {"stage": "serve", "at": 120},
          {"stage": "proxy", "at": 125.25}]
 CHECKS = [{"name": "health", "ok": True, "latency_s": 0.004}, {"name": "text", "ok": True, "latency_s": 0.0123}]
@@ -38,7 +38,7 @@ def test_summary_names_host_endpoint_checks_and_stage_times(deployment):
     assert "identity: int4-sglang (quant=int4, engine=sglang 0.5.12.post1) from moonshotai/Kimi-K2.6@" + REV in lines
     assert "verify through the proxy: health ok 4 ms, text ok 12 ms" in lines
     assert "verify on the engine: health ok 4 ms, text ok 12 ms; not restarted" in lines
-    stages = lines.index("stages: preflight 2.5 s, nvidia_host 7.5 s, weights 1.0 s, image not needed, serve 9.0 s, "
+    stages = lines.index("stages: preflight 2.5 s, host 7.5 s, weights 1.0 s, image not needed, serve 9.0 s, "
                          "proxy 5.2 s (total 25.2 s)")
     # after the stages only the deployment's warnings (here: SGLang's 262144 context above the KV estimate)
     assert lines[stages + 1:] == ["warning: " + w for w in deployment["warnings"]] and deployment["warnings"]
@@ -81,9 +81,9 @@ def deployment_int4(gpus):
 def test_stages_left_out_by_tags_are_named_so():
     times = dict(stage_times(MARKS, run_tags=["proxy"], skip_tags=[]))
     assert times["preflight"] == "2.5 s" and times["proxy"] == "5.2 s"
-    assert times["serve"] == times["weights"] == times["nvidia_host"] == "skipped (tags)"
-    times = dict(stage_times(MARKS, run_tags=["all"], skip_tags=["nvidia_host"], local_build=True))
-    assert times["nvidia_host"] == "skipped (tags)" and times["image"] == "0.0 s"
+    assert times["serve"] == times["weights"] == times["host"] == "skipped (tags)"
+    times = dict(stage_times(MARKS, run_tags=["all"], skip_tags=["host"], local_build=True))
+    assert times["host"] == "skipped (tags)" and times["image"] == "0.0 s"
     assert dict(stage_times(MARKS[:3]))["serve"] == "not reached"
 
 
@@ -156,13 +156,6 @@ def test_a_replica_host_that_is_not_the_head_says_its_rank_and_where_the_api_is(
                                proxy={"endpoint": "https://gpu-a1:443/v1", "checks": CHECKS}, marks=MARKS)
     assert head[0] == "gpu-a1: serving int4-vllm as kimi-k2.6 at https://gpu-a1:443/v1"
     assert any(line.startswith("engine: http://127.0.0.1:30000") for line in head)
-
-
-def test_an_ascend_host_times_its_ascend_host_stage():
-    marks = [dict(m, stage="ascend_host") if m["stage"] == "nvidia_host" else m for m in MARKS]
-    times = stage_times(marks)
-    assert [stage for stage, _text in times] == ["preflight", "ascend_host", "weights", "image", "serve", "proxy"]
-    assert dict(times)["ascend_host"] == "7.5 s"
 
 
 def test_the_npu_smi_info_filter_reads_the_chips_and_refuses_a_cut_table():
