@@ -16,7 +16,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # ansible-lint 234 s -> 163 s on a cold cache).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup demo-setup demo demo-plan demo-bench bench-client router-client docs-venv docs ee demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean engine-flags site-specs
+.PHONY: help setup demo-setup demo demo-plan demo-bench bench-client router-client docs-venv docs ee demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean engine-flags site-specs readme
 
 help:  ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -139,8 +139,11 @@ clean:  ## Remove the virtualenv, the collection link and build output
 site-specs:  ## Write playbooks/vars/site_argument_specs.yml from the site inputs table (plugins/module_utils/_site_inputs.py)
 	$(BIN)/python tools/site_specs.py
 
+readme:  ## Rewrite the README's support matrix from the engine data (tools/support_matrix.py; a unit test compares them)
+	$(or $(wildcard $(BIN)/python),$(PYTHON)) tools/support_matrix.py --write
+
 engine-flags:  ## Flag list of a released engine (PyPI wheel, or ARGS="--source DIR ...") + its module (ENGINE=vllm|sglang|trtllm|sglang-router|vllm-router VERSION=x.y.z)
 	@test -n "$(ENGINE)" -a -n "$(VERSION)" || { echo "usage: make engine-flags ENGINE=vllm VERSION=0.33.0 [ARGS=...]" >&2; exit 1; }
 	$(or $(wildcard $(BIN)/python),$(PYTHON)) tools/engine_flags.py --engine $(ENGINE) --version $(VERSION) $(ARGS)
 	$(or $(wildcard $(BIN)/python),$(PYTHON)) tools/gen_flag_modules.py
-	@test ! -e plugins/module_utils/_engine_$(ENGINE).py || echo "next: add $(VERSION) to the versions of plugins/module_utils/_engine_$(ENGINE).py (image, verified, notes)"
+	@test ! -e plugins/module_utils/_engine_$(ENGINE).py || echo "next: add $(VERSION) to the versions of plugins/module_utils/_engine_$(ENGINE).py (image, verified, notes), then make readme"

@@ -34,5 +34,12 @@ if grep -E '^(ERROR|WARNING)|did not return correct DOCUMENTATION' "$src/antsibu
   echo "docs: antsibull-docs reported the problems above" >&2
   exit 1
 fi
+# The guides (docs/docsite): antsibull-docs' own lint (rstcheck, and each :ansplugin: reference names a real plugin or
+# role; Sphinx -W below checks the :ref: labels). ansible-doc needs the dependencies: community.docker, from the
+# ansible package of make setup's virtualenv.
+deps=$("$root/.venv/bin/python" -c 'import ansible_collections, os; print(os.path.dirname(list(ansible_collections.__path__)[0]))' \
+  2>/dev/null || true)
+ANSIBLE_COLLECTIONS_PATH=$ANSIBLE_COLLECTIONS_PATH${deps:+:$deps} \
+  antsibull-docs lint-collection-docs --no-plugin-docs --check-extra-docs-refs "$root"
 sphinx-build -q -W --keep-going -b html -c "$src" "$src/rst" "$out"
 echo "docs: $out/index.html"

@@ -17,7 +17,7 @@ workers inherit the list at the fork. The rest of its savings are kimi_linear's 
 tasks that need no connection run in the controller, workers do not collect cycles, compiled Jinja code is kept.
 
 Use: ANSIBLE_STRATEGY_PLUGINS=<this folder>:<ansible_mitogen>/plugins/strategy ANSIBLE_STRATEGY=kimi_mitogen_linear
-(the README's "Converge time" section).
+(docs/docsite/rst/fleets_and_replicas.rst, "Controller settings for a fleet").
 """
 
 from __future__ import annotations
