@@ -136,7 +136,7 @@ bench-converge: setup  ## Converge benchmark: first, no-op and switch runs of si
 clean:  ## Remove the virtualenv, the collection link and build output
 	rm -rf $(VENV) .collections build
 
-site-specs:  ## Write playbooks/vars/site_argument_specs.yml from the site inputs table (plugins/module_utils/_site_inputs.py)
+site-specs:  ## Write playbooks/vars/site_argument_specs.yml from the site inputs table (plugins/module_utils/_model/site_inputs.py)
 	$(BIN)/python tools/site_specs.py
 
 readme:  ## Rewrite the README's support matrix from the engine data (tools/support_matrix.py; a unit test compares them)
@@ -146,4 +146,4 @@ engine-flags:  ## Flag list of a released engine (PyPI wheel, or ARGS="--source 
 	@test -n "$(ENGINE)" -a -n "$(VERSION)" || { echo "usage: make engine-flags ENGINE=vllm VERSION=0.33.0 [ARGS=...]" >&2; exit 1; }
 	$(or $(wildcard $(BIN)/python),$(PYTHON)) tools/engine_flags.py --engine $(ENGINE) --version $(VERSION) $(ARGS)
 	$(or $(wildcard $(BIN)/python),$(PYTHON)) tools/gen_flag_modules.py
-	@test ! -e plugins/module_utils/_engine_$(ENGINE).py || echo "next: add $(VERSION) to the versions of plugins/module_utils/_engine_$(ENGINE).py (image, verified, notes), then make readme"
+	@test ! -e plugins/module_utils/_engines/$(ENGINE).py || echo "next: add $(VERSION) to the versions of plugins/module_utils/_engines/$(ENGINE).py (image, verified, notes), then make readme"

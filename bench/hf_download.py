@@ -259,7 +259,7 @@ def parallel_sha256sum(paths):
 def hash_rates(args, blobs, shard_path, shard_size):
     """Hash rates on files in the page cache (the module just hashed them all)."""
     sys.path.insert(0, COLLECTIONS)
-    from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import hash_file  # pylint: disable=import-error
+    from ansible_collections.kimi.deploy.plugins.module_utils._hf.cache import hash_file  # pylint: disable=import-error
     out = {"file_bytes": shard_size}
     timed_command(["sha256sum", shard_path])
     seconds, digest = timed_command(["sha256sum", shard_path])

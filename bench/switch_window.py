@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "doubles", "hub"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import fake_hub  # noqa: E402  pylint: disable=import-error,wrong-import-position
 from hf_download import human, log, parse_size  # noqa: E402  pylint: disable=import-error,wrong-import-position
-from ansible_collections.kimi.deploy.plugins.module_utils import _page_cache  # noqa: E402  pylint: disable=import-error,wrong-import-position
+from ansible_collections.kimi.deploy.plugins.module_utils._hf import page_cache as _page_cache  # noqa: E402  pylint: disable=import-error,wrong-import-position
 
 REPO_ID = "moonshotai/Kimi-K2.6"
 MODULE = os.path.join(ROOT, "plugins", "modules", "hf_snapshot.py")

@@ -1,4 +1,4 @@
-"""Generate plugins/module_utils/_flags_<engine>_<version>.py from the engines' flag lists (the JSON dumps).
+"""Generate plugins/module_utils/_engines/flags/<engine>_<version>.py from the engines' flag lists (the JSON dumps).
 
     python3 tools/gen_flag_modules.py          # (re)write every module
     python3 tools/gen_flag_modules.py --check  # exit 1 if a module is out of date, or one has no list
@@ -19,7 +19,7 @@ import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS_DIR = os.path.join(ROOT, "tests", "fixtures", "engine_flags")
-MODULE_DIR = os.path.join(ROOT, "plugins", "module_utils")
+MODULE_DIR = os.path.join(ROOT, "plugins", "module_utils", "_engines", "flags")
 FILE_RE = re.compile(r"engine_flags_(?P<engine>[a-z]+(?:-[a-z]+)*)-(?P<version>[0-9][0-9A-Za-z.+-]*)\.json")
 
 HEADER = '''# -*- coding: utf-8 -*-
@@ -63,9 +63,14 @@ LLM_ARGS_DOC = '''LLM_ARGS:             the LLM-API options of the YAML config (
 '''
 
 
+def flag_modules(module_dir=MODULE_DIR):
+    """The generated modules in the flags package (every .py but its __init__)."""
+    return [path for path in glob.glob(os.path.join(module_dir, "*.py")) if os.path.basename(path) != "__init__.py"]
+
+
 def module_path(engine, version, module_dir=MODULE_DIR):
-    """_flags_<engine>_<version>.py, a Python identifier: sglang-router 0.3.2 -> _flags_sglang_router_0_3_2.py."""
-    name = "_flags_%s_%s.py" % tuple(re.sub(r"[^0-9A-Za-z]", "_", part) for part in (engine, version))
+    """<engine>_<version>.py, a Python identifier: sglang-router 0.3.2 -> sglang_router_0_3_2.py."""
+    name = "%s_%s.py" % tuple(re.sub(r"[^0-9A-Za-z]", "_", part) for part in (engine, version))
     return os.path.join(module_dir, name)
 
 
@@ -257,7 +262,7 @@ def main(argv):
     if argv[1:] == ["--check"]:
         stale = [path for path, text in sorted(modules.items())
                  if not os.path.exists(path) or open(path, encoding="utf-8").read() != text]
-        orphans = sorted(set(glob.glob(os.path.join(MODULE_DIR, "_flags_*.py"))) - set(modules))
+        orphans = sorted(set(flag_modules()) - set(modules))
         for path in stale:
             print("%s is out of date: run python3 tools/gen_flag_modules.py" % path, file=sys.stderr)
         for path in orphans:

@@ -1,4 +1,4 @@
-"""Write playbooks/vars/site_argument_specs.yml from the site inputs table (plugins/module_utils/_site_inputs.py).
+"""Write playbooks/vars/site_argument_specs.yml from the site inputs table (plugins/module_utils/_model/site_inputs.py).
 
     python3 tools/site_specs.py          # (re)write the file (make site-specs)
     python3 tools/site_specs.py --check  # exit 1 when the file differs from the table
@@ -13,7 +13,7 @@ import sys
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TABLE = os.path.join(ROOT, "plugins", "module_utils", "_site_inputs.py")
+TABLE = os.path.join(ROOT, "plugins", "module_utils", "_model", "site_inputs.py")
 SPECS = os.path.join(ROOT, "playbooks", "vars", "site_argument_specs.yml")
 
 

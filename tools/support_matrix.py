@@ -4,7 +4,7 @@
     python3 tools/support_matrix.py --write   # rewrite the README's block (make readme)
     python3 tools/support_matrix.py --check   # exit 1 when the README's block is not what the data says
 
-Input: the engine builds (plugins/module_utils/_engines.ENGINES: each build's versions, pinned images, quants and the
+Input: the engine builds (plugins/module_utils/_engines/registry.ENGINES: each build's versions, pinned images, quants and the
 accelerator families each quant runs on, multi-node mode, disaggregation, speculative decoding), the checkpoints
 (_checkpoints), the families (_gpu.ARCH_FAMILIES, _npu.CHIP_FAMILIES), the PD routers (_routers) and the
 recommendation (_accelerators.RECOMMENDED). Output: the Markdown between the README's
@@ -32,13 +32,13 @@ if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
 
 # pylint: disable=wrong-import-position
-from ansible_collections.kimi.deploy.plugins.module_utils._accelerators import (  # noqa: E402
+from ansible_collections.kimi.deploy.plugins.module_utils._model.accelerators import (  # noqa: E402
     PLATFORM_TITLES, PLATFORMS, RECOMMENDED)
-from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import CHECKPOINTS, QUANTS  # noqa: E402
-from ansible_collections.kimi.deploy.plugins.module_utils._engines import ENGINES  # noqa: E402
-from ansible_collections.kimi.deploy.plugins.module_utils._gpu import ARCH_FAMILIES  # noqa: E402
-from ansible_collections.kimi.deploy.plugins.module_utils._npu import CHIP_FAMILIES  # noqa: E402
-from ansible_collections.kimi.deploy.plugins.module_utils._routers import ROUTERS  # noqa: E402
+from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import CHECKPOINTS, QUANTS  # noqa: E402
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import ENGINES  # noqa: E402
+from ansible_collections.kimi.deploy.plugins.module_utils._model.gpu import ARCH_FAMILIES  # noqa: E402
+from ansible_collections.kimi.deploy.plugins.module_utils._model.npu import CHIP_FAMILIES  # noqa: E402
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.routers import ROUTERS  # noqa: E402
 
 # family -> (platform, label), in the tables' order (newest first within a platform).
 FAMILIES = {}

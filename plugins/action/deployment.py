@@ -12,8 +12,9 @@ import os
 
 import yaml
 from ansible.plugins.action import ActionBase, VariableLayer
-from ansible_collections.kimi.deploy.plugins.module_utils import _ports, _site
-from ansible_collections.kimi.deploy.plugins.module_utils._deployment import DeploymentError, resolve
+from ansible_collections.kimi.deploy.plugins.module_utils._model import ports as _ports
+from ansible_collections.kimi.deploy.plugins.module_utils._model import site as _site
+from ansible_collections.kimi.deploy.plugins.module_utils._model.deployment import DeploymentError, resolve
 
 ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
 

@@ -41,7 +41,7 @@ _value:
   type: dict
 """
 
-from ansible_collections.kimi.deploy.plugins.module_utils._bundle import inputs, secret_names
+from ansible_collections.kimi.deploy.plugins.module_utils._bundle.layout import inputs, secret_names
 
 
 def bundle_inputs(host_vars, argument_specs=None):

@@ -44,7 +44,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kimi.deploy.plugins.module_utils._bundle import lacks
+from ansible_collections.kimi.deploy.plugins.module_utils._bundle.layout import lacks
 
 
 def bundle_lacks(components, need):

@@ -57,7 +57,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kimi.deploy.plugins.module_utils._bundle import BundleError, needs
+from ansible_collections.kimi.deploy.plugins.module_utils._bundle.layout import BundleError, needs
 
 
 def bundle_needs(deployment, images=None, apt_packages=None, release=None, architecture=None):

@@ -50,7 +50,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kimi.deploy.plugins.module_utils._bundle import BundleError, path_of
+from ansible_collections.kimi.deploy.plugins.module_utils._bundle.layout import BundleError, path_of
 
 
 def bundle_path(value, kind, architecture="x86_64", bundle=None):

@@ -37,7 +37,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kimi.deploy.plugins.module_utils._bundle import BundleError, release_spec
+from ansible_collections.kimi.deploy.plugins.module_utils._bundle.layout import BundleError, release_spec
 
 
 def bundle_release(release):

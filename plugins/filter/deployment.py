@@ -113,7 +113,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kimi.deploy.plugins.module_utils._deployment import DeploymentError, resolve
+from ansible_collections.kimi.deploy.plugins.module_utils._model.deployment import DeploymentError, resolve
 
 
 def deployment_filter(inputs, gpus=None, require_revision=True):

@@ -51,7 +51,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kimi.deploy.plugins.module_utils._speculative import draft_mismatch
+from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import draft_mismatch
 
 
 def draft_mismatch_filter(target_config, draft_config, method, repo_id="the draft"):

@@ -43,7 +43,7 @@ _value:
 
 import os
 
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import repo_folder_name
+from ansible_collections.kimi.deploy.plugins.module_utils._hf.cache import repo_folder_name
 
 
 def hf_snapshot_dir(hf_home, repo_id, revision):

@@ -2,7 +2,7 @@
 # Copyright: kimi.deploy contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """kimi.deploy.metrics_routes: the metrics routes Caddy serves, their paths from the one table
-(module_utils/_metrics_routes.py)."""
+(module_utils/_model/metrics_routes.py)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -44,7 +44,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kimi.deploy.plugins.module_utils._metrics_routes import RouteError, routes
+from ansible_collections.kimi.deploy.plugins.module_utils._model.metrics_routes import RouteError, routes
 
 
 def metrics_routes(upstreams):

@@ -36,7 +36,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kimi.deploy.plugins.module_utils._npu import NpuParseError, parse_npu_smi_info
+from ansible_collections.kimi.deploy.plugins.module_utils._model.npu import NpuParseError, parse_npu_smi_info
 
 
 def npu_smi_info(text):

@@ -37,7 +37,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kimi.deploy.plugins.module_utils._report import plan_lines
+from ansible_collections.kimi.deploy.plugins.module_utils._model.report import plan_lines
 
 
 def plan_lines_filter(deployment):

@@ -58,7 +58,7 @@ _value:
 import hashlib
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kimi.deploy.plugins.module_utils._metrics_routes import ENGINE_PATH, JOBS
+from ansible_collections.kimi.deploy.plugins.module_utils._model.metrics_routes import ENGINE_PATH, JOBS
 
 
 def prometheus_scrape(targets, key_dir, ca_file="", interval="15s"):

@@ -80,7 +80,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kimi.deploy.plugins.module_utils._report import site_summary
+from ansible_collections.kimi.deploy.plugins.module_utils._model.report import site_summary
 
 
 def site_summary_filter(deployment, host, gpus=None, serve=None, proxy=None, weights=None, marks=None,

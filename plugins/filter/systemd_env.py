@@ -53,7 +53,7 @@ _value:
 import re
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kimi.deploy.plugins.module_utils._inputs import CONTROL_RE, control_name
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import CONTROL_RE, control_name
 
 NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
 FORBIDDEN = "#'\"`\\"

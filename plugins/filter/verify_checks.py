@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kimi.deploy contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""kimi.deploy.verify_checks: the verify gate's checks, from the one table (module_utils/_verify_checks.py)."""
+"""kimi.deploy.verify_checks: the verify gate's checks, from the one table (module_utils/_model/verify_checks.py)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -40,7 +40,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kimi.deploy.plugins.module_utils._verify_checks import LISTS
+from ansible_collections.kimi.deploy.plugins.module_utils._model.verify_checks import LISTS
 
 
 def verify_checks(which):

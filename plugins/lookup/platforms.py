@@ -42,7 +42,7 @@ _raw:
 
 from ansible.errors import AnsibleError
 from ansible.plugins.lookup import LookupBase
-from ansible_collections.kimi.deploy.plugins.module_utils._platforms import ORDER, entries
+from ansible_collections.kimi.deploy.plugins.module_utils._model.platforms import ORDER, entries
 
 
 class LookupModule(LookupBase):

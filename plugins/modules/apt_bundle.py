@@ -276,7 +276,7 @@ option:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kimi.deploy.plugins.module_utils._apt_bundle import (
+from ansible_collections.kimi.deploy.plugins.module_utils._bundle.apt import (
     DEFAULT_KEY_NAME, AptBundle, AptBundleError, find_tools)
 
 

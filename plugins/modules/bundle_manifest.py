@@ -228,7 +228,7 @@ option:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kimi.deploy.plugins.module_utils._bundle_manifest import (
+from ansible_collections.kimi.deploy.plugins.module_utils._bundle.manifest import (
     DEFAULT_RECORD_DIR, Bundle, BundleError,
 )
 

@@ -306,7 +306,7 @@ summary:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kimi.deploy.plugins.module_utils import _gpu
+from ansible_collections.kimi.deploy.plugins.module_utils._model import gpu as _gpu
 
 EXTRA_BIN_DIRS = ["/usr/local/nvidia/bin"]
 TIMEOUT_EXIT_CODES = (124, 137)

@@ -369,13 +369,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import (
+from ansible_collections.kimi.deploy.plugins.module_utils._hf.cache import (
     BlobChecker, CacheError, CacheWriter, Layout, check_hf_home, classify, default_hf_home, disk_message, disk_report,
     fast_check, filter_paths, load_record, owner_ids, parse_mode, selection_key, stat_key,
 )
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_download import Downloader, Progress, Source, partial_bytes
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_hub import CacheListing, Curl, Hub
-from ansible_collections.kimi.deploy.plugins.module_utils._validate import (
+from ansible_collections.kimi.deploy.plugins.module_utils._hf.download import Downloader, Progress, Source, partial_bytes
+from ansible_collections.kimi.deploy.plugins.module_utils._hf.hub import CacheListing, Curl, Hub
+from ansible_collections.kimi.deploy.plugins.module_utils._model.validate import (
     DEFAULT_ENDPOINT, ValueRuleError, check_repo_id, check_revision,
 )
 

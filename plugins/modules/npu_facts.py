@@ -90,7 +90,7 @@ summary:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kimi.deploy.plugins.module_utils._npu import (
+from ansible_collections.kimi.deploy.plugins.module_utils._model.npu import (
     CONTAINER_MOUNTS, NpuListError, NpuParseError, container_args, device_nodes, npu_entries, parse_npu_smi_info,
     parse_version_info, summarize_npus, version_at_least)
 

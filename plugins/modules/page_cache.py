@@ -113,7 +113,7 @@ duration_s:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kimi.deploy.plugins.module_utils._page_cache import (
+from ansible_collections.kimi.deploy.plugins.module_utils._hf.page_cache import (
     budget, evict, meminfo, resident_bytes, snapshot_files, warm,
 )
 

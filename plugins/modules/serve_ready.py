@@ -215,7 +215,7 @@ import time
 from urllib.request import ProxyHandler, Request, build_opener
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kimi.deploy.plugins.module_utils import _engine_log
+from ansible_collections.kimi.deploy.plugins.module_utils._engines import log as _engine_log
 from ansible_collections.kimi.deploy.plugins.module_utils._files import atomic_write
 
 HTTP_TIMEOUT = 5

@@ -199,10 +199,10 @@ from urllib.error import HTTPError, URLError
 from urllib.request import HTTPSHandler, ProxyHandler, Request, build_opener
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kimi.deploy.plugins.module_utils._speculative import acceptance
+from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import acceptance
 # The checks and the default ones (no_key only makes sense through a proxy that checks keys) come from the one table;
 # test_verify_checks.py compares DOCUMENTATION's choices and default with it.
-from ansible_collections.kimi.deploy.plugins.module_utils._verify_checks import (
+from ansible_collections.kimi.deploy.plugins.module_utils._model.verify_checks import (
     ALL as CHECKS, MODULE_DEFAULT as DEFAULT_CHECKS)
 
 VISION_COLOUR = ("red", (220, 20, 20))

@@ -15,7 +15,7 @@ import jinja2.meta
 import pytest
 import yaml
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _platforms
+from ansible_collections.kimi.deploy.plugins.module_utils._model import platforms as _platforms
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, "roles", "kimi_monitoring")

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _bundle_manifest as bm
+from ansible_collections.kimi.deploy.plugins.module_utils._bundle import manifest as bm
 from hfsnap_helpers import flip_byte
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

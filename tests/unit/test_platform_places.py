@@ -1,4 +1,4 @@
-"""Platforms are data: no file outside a platform's own places names a platform (module_utils/_platforms.py says
+"""Platforms are data: no file outside a platform's own places names a platform (module_utils/_model/platforms.py says
 what differs; the roles, templates and playbooks read its fields). A new platform is a data entry, a host role and a
 facts module, and this test lists where those live."""
 import os
@@ -10,13 +10,13 @@ EXTENSIONS = (".yml", ".yaml", ".j2", ".py", ".sh", ".cfg")
 # A platform's own places: its data entry, its host role, its facts module and what reads its facts' shapes, and the
 # engine builds (data entries that say which platform each build runs on) with their generated flag tables.
 ALLOWED = (
-    "plugins/module_utils/_platforms.py",
-    "plugins/module_utils/_accelerators.py",  # the families of each platform and the identity recommended for each
-    "plugins/module_utils/_gpu.py", "plugins/module_utils/_npu.py",
+    "plugins/module_utils/_model/platforms.py",
+    "plugins/module_utils/_model/accelerators.py",  # the families of each platform and the identity recommended for each
+    "plugins/module_utils/_model/gpu.py", "plugins/module_utils/_model/npu.py",
     "plugins/modules/gpu_facts.py", "plugins/modules/npu_facts.py", "plugins/filter/npu_smi_info.py",
     "roles/nvidia_host/", "roles/ascend_host/",
-    "plugins/module_utils/_engine_", "plugins/module_utils/_flags_",
-    "plugins/module_utils/_checkpoints.py",  # the checkpoints' own config values (W4A8's quant_method)
+    "plugins/module_utils/_engines/",
+    "plugins/module_utils/_model/checkpoints.py",  # the checkpoints' own config values (W4A8's quant_method)
 )
 NAME = re.compile(r"\b(nvidia|ascend)\b")
 # Not a platform test: a path, repository, image or URL (nvidia/Kimi-K2.6-NVFP4, nvcr.io/nvidia/...), a command
@@ -63,7 +63,7 @@ def test_each_platform_names_what_exists():
     kimi_serve include, its exporter's image variable and temperature threshold among the roles' defaults."""
     import yaml
 
-    from ansible_collections.kimi.deploy.plugins.module_utils import _platforms
+    from ansible_collections.kimi.deploy.plugins.module_utils._model import platforms as _platforms
 
     def defaults(role):
         with open(os.path.join(ROOT, "roles", role, "defaults", "main.yml")) as handle:

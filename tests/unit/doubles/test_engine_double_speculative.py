@@ -332,8 +332,9 @@ def test_collection_reads_the_doubles_acceptance(start, hub_cache, engine):
     """kimi.deploy's serve_verify reads the engine's own series (its engine data's speculative.metrics) with
     _speculative.acceptance(): the double's names and values must give what the engine would."""
     try:
-        from ansible_collections.kimi.deploy.plugins.module_utils import _engine_sglang, _engine_vllm
-        from ansible_collections.kimi.deploy.plugins.module_utils._speculative import acceptance
+        from ansible_collections.kimi.deploy.plugins.module_utils._engines import sglang as _engine_sglang
+        from ansible_collections.kimi.deploy.plugins.module_utils._engines import vllm as _engine_vllm
+        from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import acceptance
     except ImportError as e:  # pragma: no cover - the collection's layout is tests/conftest.py's business
         pytest.skip("kimi.deploy module_utils not importable: %s" % e)
     extra = sglang_eagle3(hub_cache[1][EAGLE3]) if engine == "sglang" else spec_config(**EAGLE3_OK)

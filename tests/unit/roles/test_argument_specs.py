@@ -5,8 +5,8 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _site
-from ansible_collections.kimi.deploy.plugins.module_utils._inputs import VARIABLES
+from ansible_collections.kimi.deploy.plugins.module_utils._model import site as _site
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import VARIABLES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 ROLES = sorted(d for d in os.listdir(os.path.join(ROOT, "roles")) if not d.startswith("."))

@@ -11,7 +11,7 @@ import jinja2
 import pytest
 import yaml
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _deployment as dm
+from ansible_collections.kimi.deploy.plugins.module_utils._model import deployment as dm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 TEMPLATES = os.path.join(ROOT, "roles", "kimi_serve", "templates")

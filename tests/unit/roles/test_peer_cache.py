@@ -7,7 +7,7 @@ import jinja2
 import jinja2.meta
 import yaml
 
-from ansible_collections.kimi.deploy.plugins.module_utils._ports import ROLE_PORTS
+from ansible_collections.kimi.deploy.plugins.module_utils._model.ports import ROLE_PORTS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 WEIGHTS = os.path.join(ROOT, "roles", "kimi_weights")

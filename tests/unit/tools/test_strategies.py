@@ -40,20 +40,21 @@ def scan(strategy, name):
 
 def test_the_scan_lists_the_collection_module_utils_a_module_imports(strategy):
     found = scan(strategy, "serve_ready")
-    # `from ...module_utils import _engine_log` and `from ...module_utils._files import atomic_write`
-    for name in ("_engine_log", "_files"):
+    # `from ...module_utils._engines import log` and `from ...module_utils._files import atomic_write`
+    for name in ("_engines.log", "_files"):
         assert MODULE_UTILS + name in found
-        assert found[MODULE_UTILS + name][1].endswith("plugins/module_utils/%s.py" % name)
+        assert found[MODULE_UTILS + name][1].endswith("plugins/module_utils/%s.py" % name.replace(".", "/"))
+    assert found[MODULE_UTILS + "_engines"][2] is True  # the package itself, with its __init__.py
     # a name imported from a module is not a module
     assert MODULE_UTILS + "_files.atomic_write" not in found
 
 
 def test_the_scan_follows_imports_of_imports(strategy):
-    # hf_snapshot imports _hf_cache, which imports _files; hf_snapshot itself does not
+    # hf_snapshot imports _hf.cache, which imports _files; hf_snapshot itself does not
     with open(os.path.join(ROOT, "plugins", "modules", "hf_snapshot.py")) as handle:
         assert "module_utils._files" not in handle.read()
     found = scan(strategy, "hf_snapshot")
-    assert {MODULE_UTILS + "_hf_cache", MODULE_UTILS + "_files"} <= set(found)
+    assert {MODULE_UTILS + "_hf.cache", MODULE_UTILS + "_files"} <= set(found)
 
 
 def test_the_strategy_patches_mitogens_scan(strategy):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils._engines import ENGINES
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import ENGINES
 
 ROOT = Path(__file__).resolve().parents[3]
 TOOL = ROOT / "tools" / "support_matrix.py"

@@ -1,4 +1,4 @@
-"""The summary and plan lines (plugins/module_utils/_report.py) and the dpkg_packages filter."""
+"""The summary and plan lines (plugins/module_utils/_model/report.py) and the dpkg_packages filter."""
 import json
 import os
 
@@ -6,8 +6,8 @@ import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kimi.deploy.plugins.filter.dpkg_packages import dpkg_packages
 from ansible_collections.kimi.deploy.plugins.filter.site_summary import site_summary_filter
-from ansible_collections.kimi.deploy.plugins.module_utils._deployment import resolve
-from ansible_collections.kimi.deploy.plugins.module_utils._report import plan_lines, stage_times
+from ansible_collections.kimi.deploy.plugins.module_utils._model.deployment import resolve
+from ansible_collections.kimi.deploy.plugins.module_utils._model.report import plan_lines, stage_times
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 

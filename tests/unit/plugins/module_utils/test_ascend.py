@@ -2,9 +2,9 @@
 fit in HBM, the refusals across platforms, and the argv of each member of a two-host A2 replica."""
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _accelerators as acc
-from ansible_collections.kimi.deploy.plugins.module_utils import _deployment as dm
-from ansible_collections.kimi.deploy.plugins.module_utils import _npu
+from ansible_collections.kimi.deploy.plugins.module_utils._model import accelerators as acc
+from ansible_collections.kimi.deploy.plugins.module_utils._model import deployment as dm
+from ansible_collections.kimi.deploy.plugins.module_utils._model import npu as _npu
 
 from test_deployment import A2x8, A3x16, RTX8, SHA
 

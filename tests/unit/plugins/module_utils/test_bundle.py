@@ -2,7 +2,7 @@
 carried without their secrets."""
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _bundle as bundle
+from ansible_collections.kimi.deploy.plugins.module_utils._bundle import layout as bundle
 
 REV = "a" * 40
 DRAFT_REV = "b" * 40

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _bundle_manifest as bm
+from ansible_collections.kimi.deploy.plugins.module_utils._bundle import manifest as bm
 
 SHA_A = "a" * 64
 SHA_B = "b" * 64

@@ -5,10 +5,10 @@ import re
 
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _deployment as dm
-from ansible_collections.kimi.deploy.plugins.module_utils import _engines as eng
-from ansible_collections.kimi.deploy.plugins.module_utils import _fit as fitm
-from ansible_collections.kimi.deploy.plugins.module_utils._gpu import summarize_gpus
+from ansible_collections.kimi.deploy.plugins.module_utils._model import deployment as dm
+from ansible_collections.kimi.deploy.plugins.module_utils._engines import registry as eng
+from ansible_collections.kimi.deploy.plugins.module_utils._model import fit as fitm
+from ansible_collections.kimi.deploy.plugins.module_utils._model.gpu import summarize_gpus
 
 # (quant, engine) -> KV menu, of the engines this collection serves on NVIDIA through vLLM and SGLang's default versions
 KV_MENUS = dict(((q, e), spec["quants"][q]["kv_menu"]) for e, spec in eng.ENGINES.items() for q in spec["quants"]

@@ -2,7 +2,7 @@
 alone, and each member's command line, every flag checked against the pinned parsers."""
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _deployment as dm
+from ansible_collections.kimi.deploy.plugins.module_utils._model import deployment as dm
 
 from test_deployment import SHA, gpus, parse_against_pinned_parser
 

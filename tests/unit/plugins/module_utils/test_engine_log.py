@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _engine_log as el
+from ansible_collections.kimi.deploy.plugins.module_utils._engines import log as el
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "doubles", "engine"))

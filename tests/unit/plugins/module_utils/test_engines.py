@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _deployment as dm
-from ansible_collections.kimi.deploy.plugins.module_utils import _engines as eng
-from ansible_collections.kimi.deploy.plugins.module_utils._report import plan_lines
+from ansible_collections.kimi.deploy.plugins.module_utils._model import deployment as dm
+from ansible_collections.kimi.deploy.plugins.module_utils._engines import registry as eng
+from ansible_collections.kimi.deploy.plugins.module_utils._model.report import plan_lines
 
 from test_deployment import A3x16, B200x8, H200x8, RTX8, SHA, gpus
 

@@ -1,6 +1,5 @@
-"""The _flags_<engine>_<version> modules are generated from the flag lists (JSON dumps of the released parsers): each
+"""The _engines/flags/<engine>_<version> modules are generated from the flag lists (JSON dumps of the released parsers): each
 must be exactly what tools/gen_flag_modules.py makes, and each engine version the collection knows has one."""
-import glob
 import importlib
 import importlib.util
 import json
@@ -8,12 +7,12 @@ import os
 
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _engines as eng
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_cli import option_index
+from ansible_collections.kimi.deploy.plugins.module_utils._engines import registry as eng
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.cli import option_index
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 GENERATOR = os.path.join(ROOT, "tools", "gen_flag_modules.py")
-MODULE_DIR = os.path.join(ROOT, "plugins", "module_utils")
+MODULE_DIR = os.path.join(ROOT, "plugins", "module_utils", "_engines", "flags")
 FLAGS_DIR = os.path.join(ROOT, "tests", "fixtures", "engine_flags")
 # Every engine build's release (an Ascend build may run another engine's parser: vLLM-Ascend runs vLLM's) and the
 # flag lists themselves, by the engine and version they were made from.
@@ -36,7 +35,7 @@ def dump(engine, version):
 
 def test_every_module_is_what_the_generator_makes_from_the_lists():
     made = generator().render(FLAGS_DIR, MODULE_DIR)
-    assert sorted(made) == sorted(glob.glob(os.path.join(MODULE_DIR, "_flags_*.py"))), (
+    assert sorted(made) == sorted(generator().flag_modules(MODULE_DIR)), (
         "a flag module without its list, or a list without its module: run python3 tools/gen_flag_modules.py")
     for path, text in made.items():
         with open(path, encoding="utf-8") as handle:

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _gpu
+from ansible_collections.kimi.deploy.plugins.module_utils._model import gpu as _gpu
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 CAPTURES = os.path.join(ROOT, "tests", "fixtures", "gpu-captures")

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _hf_cache as cache
+from ansible_collections.kimi.deploy.plugins.module_utils._hf import cache
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 

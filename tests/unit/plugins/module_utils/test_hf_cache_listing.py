@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _hf_cache as cache
-from ansible_collections.kimi.deploy.plugins.module_utils import _hf_hub as hf_hub
+from ansible_collections.kimi.deploy.plugins.module_utils._hf import cache
+from ansible_collections.kimi.deploy.plugins.module_utils._hf import hub as hf_hub
 
 REPO = "org/name"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

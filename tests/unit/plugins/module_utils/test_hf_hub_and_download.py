@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _hf_cache as cache
-from ansible_collections.kimi.deploy.plugins.module_utils import _hf_download as dl
-from ansible_collections.kimi.deploy.plugins.module_utils import _hf_hub as hf_hub
+from ansible_collections.kimi.deploy.plugins.module_utils._hf import cache
+from ansible_collections.kimi.deploy.plugins.module_utils._hf import download as dl
+from ansible_collections.kimi.deploy.plugins.module_utils._hf import hub as hf_hub
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 

@@ -3,7 +3,7 @@ of a file is refused with a control character in it, naming its variable and the
 credential are refused in the extra arguments without echoing the secret."""
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _deployment as dm
+from ansible_collections.kimi.deploy.plugins.module_utils._model import deployment as dm
 
 # Each control character the rule names: C0 (newline, CR, tab, NUL, ESC), DEL, C1 (NEL, CSI) and U+2028/U+2029.
 CONTROLS = ["\n", "\r", "\t", "\x00", "\x1b", "\x7f", "\x85", "\x9b", "\u2028", "\u2029"]
@@ -87,7 +87,7 @@ def test_the_routers_credential_options_are_refused_too(args):
 ])
 def test_the_plans_command_pastes_into_a_shell_and_gives_the_argv_back(inputs):
     import shlex
-    from ansible_collections.kimi.deploy.plugins.module_utils._report import plan_lines
+    from ansible_collections.kimi.deploy.plugins.module_utils._model.report import plan_lines
     deployment = dm.resolve(inputs, [], require_revision=False)
     line = next(x for x in plan_lines(deployment) if x.startswith("command: "))
     assert shlex.split(line[len("command: "):]) == [str(a) for a in deployment["command"]]
@@ -162,7 +162,7 @@ def test_the_deployment_lists_its_ports():
     ("kimi_monitoring_listen_address", "127.0.0.1:30000", 30000),
 ])
 def test_a_role_port_on_the_engine_port_is_refused_naming_both(variable, value, port):
-    from ansible_collections.kimi.deploy.plugins.module_utils import _ports
+    from ansible_collections.kimi.deploy.plugins.module_utils._model import ports as _ports
     uses = [(30000, "kimi_engine_port", "the engine's API"),
             (_ports.role_port(variable, value), variable, _ports.ROLE_PORTS[variable][1])]
     with pytest.raises(dm.DeploymentError) as refused:
@@ -173,7 +173,7 @@ def test_a_role_port_on_the_engine_port_is_refused_naming_both(variable, value, 
 
 
 def test_a_role_port_that_is_not_a_port_is_refused_naming_it():
-    from ansible_collections.kimi.deploy.plugins.module_utils import _ports
+    from ansible_collections.kimi.deploy.plugins.module_utils._model import ports as _ports
     for variable, value in (("caddy_proxy_https_port", "https"), ("kimi_monitoring_listen_address", "9090"),
                             ("kimi_metrics_node_exporter_port", 70000)):
         with pytest.raises(dm.DeploymentError) as refused:
@@ -238,7 +238,7 @@ def test_a_router_host_lists_the_router_and_its_metrics_ports():
 
 
 def test_only_a_prefill_host_lists_the_bootstrap_port():
-    from ansible_collections.kimi.deploy.plugins.module_utils import _ports
+    from ansible_collections.kimi.deploy.plugins.module_utils._model import ports as _ports
     deployment = {"port": 30000, "pd": {"bootstrap_port": 8998, "role": "prefill", "router": {"is_here": False}}}
     assert (8998, "kimi_pd_bootstrap_port", "the PD bootstrap server") in _ports.deployment_ports(deployment)
     deployment["pd"]["role"] = "decode"

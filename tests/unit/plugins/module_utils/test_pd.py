@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _deployment as dm
-from ansible_collections.kimi.deploy.plugins.module_utils import _engines as eng
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_cli import check_extra, option_index
-from ansible_collections.kimi.deploy.plugins.module_utils._inputs import DeploymentError
-from ansible_collections.kimi.deploy.plugins.module_utils._pd import layout_mismatch
-from ansible_collections.kimi.deploy.plugins.module_utils._routers import ROUTERS
-from ansible_collections.kimi.deploy.plugins.module_utils._report import plan_lines
+from ansible_collections.kimi.deploy.plugins.module_utils._model import deployment as dm
+from ansible_collections.kimi.deploy.plugins.module_utils._engines import registry as eng
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.cli import check_extra, option_index
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError
+from ansible_collections.kimi.deploy.plugins.module_utils._model.pd import layout_mismatch
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.routers import ROUTERS
+from ansible_collections.kimi.deploy.plugins.module_utils._model.report import plan_lines
 from test_deployment import A3x16, B200x8, H200x8, ROOT, SHA
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "doubles", "engine"))

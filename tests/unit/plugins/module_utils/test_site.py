@@ -2,8 +2,8 @@
 from the inventory's variables (what the kimi.deploy.deployment action reads)."""
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _site
-from ansible_collections.kimi.deploy.plugins.module_utils._inputs import DeploymentError
+from ansible_collections.kimi.deploy.plugins.module_utils._model import site as _site
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 
@@ -118,7 +118,7 @@ def test_hosts_whose_gpus_are_not_read_yet_are_compared_once_they_are():
 def test_a_pd_host_with_another_kv_layout_is_named():
     prefill, decode = deployment([], pd_role="prefill"), deployment([], pd_role="decode")
     assert _site.group_disagreement("pd", "pd1", [("p1", prefill), ("d1", decode)]) == ""
-    refused = _site.group_disagreement("pd", "pd1", [("p1", prefill), ("d1", deployment([], kv="auto",
-                                                                                          pd_role="decode"))])
+    other = deployment([], kv="auto", pd_role="decode")
+    refused = _site.group_disagreement("pd", "pd1", [("p1", prefill), ("d1", other)])
     assert refused.startswith('kimi_pd pd1: kimi_kv_cache_dtype differs between the hosts of the disaggregated '
                               'deployment: "fp8" on p1 (prefill) and "auto" on d1 (decode)')

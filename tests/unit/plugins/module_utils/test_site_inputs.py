@@ -5,7 +5,13 @@ import os
 
 import yaml
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _bundle, _inputs, _site, _site_inputs
+from ansible_collections.kimi.deploy.plugins.module_utils._bundle import layout as _bundle
+
+from ansible_collections.kimi.deploy.plugins.module_utils._model import inputs as _inputs
+
+from ansible_collections.kimi.deploy.plugins.module_utils._model import site as _site
+
+from ansible_collections.kimi.deploy.plugins.module_utils._model import site_inputs as _site_inputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 SPECS = os.path.join(ROOT, "playbooks", "vars", "site_argument_specs.yml")

@@ -5,14 +5,14 @@ import json
 
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _deployment as dm
-from ansible_collections.kimi.deploy.plugins.module_utils import _fit as fitm
-from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import DRAFTS
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_cli import option_index
-from ansible_collections.kimi.deploy.plugins.module_utils._engines import ENGINES, options
-from ansible_collections.kimi.deploy.plugins.module_utils._inputs import DeploymentError
-from ansible_collections.kimi.deploy.plugins.module_utils._report import plan_lines
-from ansible_collections.kimi.deploy.plugins.module_utils._speculative import DRAFT_METHODS, acceptance, draft_mismatch
+from ansible_collections.kimi.deploy.plugins.module_utils._model import deployment as dm
+from ansible_collections.kimi.deploy.plugins.module_utils._model import fit as fitm
+from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import DRAFTS
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.cli import option_index
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import ENGINES, options
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError
+from ansible_collections.kimi.deploy.plugins.module_utils._model.report import plan_lines
+from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import DRAFT_METHODS, acceptance, draft_mismatch
 from test_deployment import A3x16, B200x8, RTX8, SHA
 
 DRAFT_SHA = "b" * 40

@@ -1,4 +1,4 @@
-"""The verify gate's checks are declared once (module_utils/_verify_checks.TABLE): the module, the model, the filter
+"""The verify gate's checks are declared once (module_utils/_model/verify_checks.TABLE): the module, the model, the filter
 the preflights read and the role defaults' YAML copies all match it, and no other file spells the list."""
 import os
 import re
@@ -8,7 +8,8 @@ import yaml
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kimi.deploy.plugins.filter.verify_checks import verify_checks
-from ansible_collections.kimi.deploy.plugins.module_utils import _deployment, _verify_checks as vc
+from ansible_collections.kimi.deploy.plugins.module_utils._model import deployment as _deployment
+from ansible_collections.kimi.deploy.plugins.module_utils._model import verify_checks as vc
 from ansible_collections.kimi.deploy.plugins.modules import serve_verify
 from test_deployment import RTX8, SHA
 
@@ -63,7 +64,7 @@ def test_the_filter_refuses_an_unknown_list():
 
 
 # The one place of the list, the module that runs the checks, and the YAML copies tested above.
-ALLOWED = {"plugins/module_utils/_verify_checks.py", "plugins/modules/serve_verify.py",
+ALLOWED = {"plugins/module_utils/_model/verify_checks.py", "plugins/modules/serve_verify.py",
            "roles/kimi_serve/defaults/main.yml", "roles/kimi_serve/meta/argument_specs.yml",
            "roles/caddy_proxy/defaults/main.yml", "roles/caddy_proxy/meta/argument_specs.yml"}
 # Three check names in one line, quoted or not, in a list: a second spelling of the list (a task's name or a comment

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from ansible_collections.kimi.deploy.plugins.module_utils import _apt_bundle as ab
+from ansible_collections.kimi.deploy.plugins.module_utils._bundle import apt as ab
 
 SHA_A = "a" * 64
 SHA_B = "b" * 64

@@ -20,11 +20,11 @@ __metaclass__ = type
 
 import itertools
 
-from ansible_collections.kimi.deploy.plugins.module_utils._platforms import traits
-from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import (
+from ansible_collections.kimi.deploy.plugins.module_utils._model.platforms import traits
+from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import (
     CHECKPOINTS, GB, KV_BYTES_PER_TOKEN, KV_ELEMENT, MIB, REPLICATED_WEIGHT_BYTES, non_expert_bytes)
-from ansible_collections.kimi.deploy.plugins.module_utils._engines import ENGINES
-from ansible_collections.kimi.deploy.plugins.module_utils._inputs import fmt, var
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import ENGINES
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import fmt, var
 
 MIN_KV_TOKENS = 65536  # below this the pool cannot serve a useful request: "does not fit"
 MAX_NODES = 16

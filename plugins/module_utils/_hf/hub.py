@@ -41,8 +41,8 @@ except ImportError:  # pragma: no cover - Python 2 is not supported by this coll
     from urlparse import urljoin, urlsplit  # type: ignore
     from urllib import quote  # type: ignore
 
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import CacheError, safe_relpath
-from ansible_collections.kimi.deploy.plugins.module_utils._validate import SHA256_RE, SHA_RE, full_match
+from ansible_collections.kimi.deploy.plugins.module_utils._hf.cache import CacheError, safe_relpath
+from ansible_collections.kimi.deploy.plugins.module_utils._model.validate import SHA256_RE, SHA_RE, full_match
 
 USER_AGENT = "kimi.deploy-hf_snapshot/1.0 (curl)"
 RETRY_STATUSES = (408, 429, 500, 502, 503, 504)

@@ -36,8 +36,8 @@ import threading
 import time
 
 from ansible_collections.kimi.deploy.plugins.module_utils._files import atomic_write
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_cache import CacheError, hash_kind, hasher_for
-from ansible_collections.kimi.deploy.plugins.module_utils._hf_hub import (
+from ansible_collections.kimi.deploy.plugins.module_utils._hf.cache import CacheError, hash_kind, hasher_for
+from ansible_collections.kimi.deploy.plugins.module_utils._hf.hub import (
     CURL_PERMANENT, RETRY_STATUSES, HubError, TransientError, backoff_s, origin, read_head, redact, retry_after_s,
 )
 

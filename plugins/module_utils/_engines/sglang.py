@@ -11,12 +11,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_spec import (
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
     Arg, dist_init_addr, model, multi_node, pd_bootstrap_port, pd_prefill, pd_rdma_devices, pd_role,
     pd_transfer_backend, pipelined, quantization, reasoning_parser, tool_parser)
-from ansible_collections.kimi.deploy.plugins.module_utils._flags_sglang_0_5_12_post1 import OPTIONS as V0_5_12_POST1
-from ansible_collections.kimi.deploy.plugins.module_utils._flags_sglang_0_5_23 import OPTIONS as V0_5_23
-from ansible_collections.kimi.deploy.plugins.module_utils._speculative import (
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.sglang_0_5_12_post1 import OPTIONS as V0_5_12_POST1
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.sglang_0_5_23 import OPTIONS as V0_5_23
+from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import (
     spec_algorithm, spec_draft, spec_draft_revision, spec_draft_tokens, spec_pipelined, spec_steps, spec_topk,
     speculative)
 

@@ -21,24 +21,24 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.kimi.deploy.plugins.module_utils._accelerators import (
+from ansible_collections.kimi.deploy.plugins.module_utils._model.accelerators import (
     PLATFORM_TITLES, SUMMARY_ERRORS, engine_for, platform_of, recommended, summarize)
-from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import (
+from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import (
     CHECKPOINTS, KV_ELEMENT, MAX_CONTEXT, QUANTS)
-from ansible_collections.kimi.deploy.plugins.module_utils._engines import (
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import (
     ENGINE_NAMES, ENGINES, build_of, builds_of, check_extra_args, command_for, engine_argv, engine_config, managed,
     parser_name, pinned_image, select_version)
-from ansible_collections.kimi.deploy.plugins.module_utils._engines import options as eng_options
-from ansible_collections.kimi.deploy.plugins.module_utils._fit import (
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import options as eng_options
+from ansible_collections.kimi.deploy.plugins.module_utils._model.fit import (
     MAX_NODES, MIN_KV_TOKENS, fit, replica_advice, replica_layout)
-from ansible_collections.kimi.deploy.plugins.module_utils._pd import for_instance, resolve_pd
-from ansible_collections.kimi.deploy.plugins.module_utils._platforms import DEFAULT as DEFAULT_PLATFORM, ORDER, traits
-from ansible_collections.kimi.deploy.plugins.module_utils._ports import check as check_ports, deployment_ports
-from ansible_collections.kimi.deploy.plugins.module_utils._speculative import resolve_speculative
-from ansible_collections.kimi.deploy.plugins.module_utils._inputs import (
+from ansible_collections.kimi.deploy.plugins.module_utils._model.pd import for_instance, resolve_pd
+from ansible_collections.kimi.deploy.plugins.module_utils._model.platforms import DEFAULT as DEFAULT_PLATFORM, ORDER, traits
+from ansible_collections.kimi.deploy.plugins.module_utils._model.ports import check as check_ports, deployment_ports
+from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import resolve_speculative
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import (
     VARIABLES, DeploymentError, check_choice, check_int, check_no_control, check_text, fail, is_unset, var)
-from ansible_collections.kimi.deploy.plugins.module_utils._validate import ValueRuleError, check_revision
-from ansible_collections.kimi.deploy.plugins.module_utils._verify_checks import ENGINE as VERIFY_CHECKS
+from ansible_collections.kimi.deploy.plugins.module_utils._model.validate import ValueRuleError, check_revision
+from ansible_collections.kimi.deploy.plugins.module_utils._model.verify_checks import ENGINE as VERIFY_CHECKS
 
 # A replica over several hosts: the engines' own rendezvous (SGLang --dist-init-addr, vLLM --master-addr/port) on the
 # head, at this port unless kimi_replica_port says otherwise.

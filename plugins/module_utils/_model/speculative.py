@@ -22,11 +22,11 @@ __metaclass__ = type
 import json
 import re
 
-from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import (
+from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import (
     DRAFTS, TARGET_HIDDEN_SIZE, TARGET_LAYERS, TARGET_VOCAB_SIZE, UNKNOWN_DRAFT_BYTES)
-from ansible_collections.kimi.deploy.plugins.module_utils._inputs import (
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import (
     DeploymentError, check_choice, check_int, check_text, fail, is_unset)
-from ansible_collections.kimi.deploy.plugins.module_utils._validate import ValueRuleError, check_revision
+from ansible_collections.kimi.deploy.plugins.module_utils._model.validate import ValueRuleError, check_revision
 
 METHODS = ("none", "eagle3", "dflash", "ngram")
 DRAFT_METHODS = ("eagle3", "dflash")

@@ -16,13 +16,13 @@ __metaclass__ = type
 
 import json
 
-from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import GB, GIB
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_spec import (
+from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import GB, GIB
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
     Arg, data_parallel, data_parallel_local, data_parallel_start_rank, model, multi_node, pd_kv_transfer_config,
     reasoning_parser, tool_parser, worker)
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_vllm import SPECULATIVE as VLLM_SPECULATIVE
-from ansible_collections.kimi.deploy.plugins.module_utils._flags_vllm_0_20_2 import OPTIONS as VLLM_0_20_2
-from ansible_collections.kimi.deploy.plugins.module_utils._speculative import spec_config, speculative
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.vllm import SPECULATIVE as VLLM_SPECULATIVE
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.vllm_0_20_2 import OPTIONS as VLLM_0_20_2
+from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import spec_config, speculative
 
 ENGINE = {
     "name": "vllm",

@@ -11,13 +11,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import GB
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_spec import (
+from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import GB
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
     Arg, model, multi_node, nvfp4, pd_kv_transfer_config, pipelined, quantization, reasoning_parser, tool_parser,
     worker)
-from ansible_collections.kimi.deploy.plugins.module_utils._flags_vllm_0_22_1 import OPTIONS as V0_22_1
-from ansible_collections.kimi.deploy.plugins.module_utils._flags_vllm_0_33_0 import OPTIONS as V0_33_0
-from ansible_collections.kimi.deploy.plugins.module_utils._speculative import (
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.vllm_0_22_1 import OPTIONS as V0_22_1
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.vllm_0_33_0 import OPTIONS as V0_33_0
+from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import (
     never, spec_config, spec_pipelined, speculative, with_draft)
 
 # Speculative decoding, vLLM's form (its docs; seed 004's flags): one --speculative-config JSON with the method, the

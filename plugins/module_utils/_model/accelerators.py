@@ -14,9 +14,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kimi.deploy.plugins.module_utils._gpu import GpuListError, summarize_gpus
-from ansible_collections.kimi.deploy.plugins.module_utils._npu import NpuListError, summarize_npus
-from ansible_collections.kimi.deploy.plugins.module_utils._platforms import ORDER, PLATFORMS as PLATFORM_DATA
+from ansible_collections.kimi.deploy.plugins.module_utils._model.gpu import GpuListError, summarize_gpus
+from ansible_collections.kimi.deploy.plugins.module_utils._model.npu import NpuListError, summarize_npus
+from ansible_collections.kimi.deploy.plugins.module_utils._model.platforms import ORDER, PLATFORMS as PLATFORM_DATA
 
 PLATFORMS = ORDER
 PLATFORM_TITLES = dict((name, entry["title"]) for name, entry in PLATFORM_DATA.items())

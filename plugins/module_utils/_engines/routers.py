@@ -15,11 +15,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_cli import check_extra, option_index
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_spec import Arg
-from ansible_collections.kimi.deploy.plugins.module_utils._flags_sglang_router_0_3_2 import OPTIONS as SGLANG_ROUTER
-from ansible_collections.kimi.deploy.plugins.module_utils._flags_vllm_router_0_1_17 import OPTIONS as VLLM_ROUTER
-from ansible_collections.kimi.deploy.plugins.module_utils._inputs import DeploymentError
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.cli import check_extra, option_index
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import Arg
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.sglang_router_0_3_2 import OPTIONS as SGLANG_ROUTER
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.vllm_router_0_1_17 import OPTIONS as VLLM_ROUTER
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError
 
 # trtllm-serve disaggregated (click), read from tensorrt_llm/commands/serve.py on GitHub (the code index's copy, the
 # same file the 1.3.0rc17 serve list was read from is not the tag): the options of the `disaggregated` command.
@@ -141,7 +141,7 @@ def router_argv(name, pd, deployment, extra):
         if element.startswith("-") and not element.lstrip("-").isdigit():
             if element not in index:
                 raise DeploymentError("kimi_pd: %s, which the collection passes to the router, is not an option of %s "
-                                      "(its flag list: plugins/module_utils/_flags_*); that version needs its own "
-                                      "router data (plugins/module_utils/_routers.py)" % (element, label))
+                                      "(its flag list: plugins/module_utils/_engines/flags/*); that version needs its own "
+                                      "router data (plugins/module_utils/_engines/routers.py)" % (element, label))
             managed[index[element][0]] = Arg(element, OWNERS.get(element, "pd_members"))
     return argv + check_extra(table, label, managed, extra, field="pd_router_extra_args"), config

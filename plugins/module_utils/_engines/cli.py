@@ -3,7 +3,7 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Reading command-line options the way an engine's own parser would. Private to kimi.deploy.
 
-One engine version's options table (a generated _flags_<engine>_<version> module, see its header) says how its parser
+One engine version's options table (a generated _engines/flags/<engine>_<version> module, see its header) says how its parser
 reads argv: argparse (vLLM, SGLang) or click (trtllm-serve), whether --foo_bar means --foo-bar (vLLM's
 FlexibleArgumentParser), which options take --opt.key VALUE (vLLM's JSON config arguments) and what -O<n> stands for.
 check_extra() reads kimi_engine_extra_args with those rules and refuses what the engine would refuse, or what the
@@ -17,8 +17,8 @@ __metaclass__ = type
 import json
 import re
 
-from ansible_collections.kimi.deploy.plugins.module_utils._inputs import check_no_control, fail, var
-from ansible_collections.kimi.deploy.plugins.module_utils._validate import full_match
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import check_no_control, fail, var
+from ansible_collections.kimi.deploy.plugins.module_utils._model.validate import full_match
 
 # Options that carry a credential (the engines' and routers' flag lists: vLLM --api-key/--hf-token, SGLang
 # --api-key/--admin-api-key/--ssl-keyfile-password, sglang-router --api-key/--control-plane-api-keys/--oracle-password,

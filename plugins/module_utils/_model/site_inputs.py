@@ -270,10 +270,10 @@ INPUTS = (
 
 HEADER = """\
 ---
-# GENERATED from plugins/module_utils/_site_inputs.py by `make site-specs`: edit the table there, not this file.
+# GENERATED from plugins/module_utils/_model/site_inputs.py by `make site-specs`: edit the table there, not this file.
 # The collection's site inputs: what users set in the inventory or with -e. site.yml's preflight checks their types
 # against this file (ansible.builtin.validate_argument_spec); their values are validated in one place, the
-# deployment model (kimi.deploy.deployment action, plugins/module_utils/_deployment.py), whose errors name the
+# deployment model (kimi.deploy.deployment action, plugins/module_utils/_model/deployment.py), whose errors name the
 # variable and the allowed values. Role variables (nvidia_host_*, kimi_weights_*, kimi_serve_*, caddy_proxy_*)
 # are documented in each role's meta/argument_specs.yml.
 """

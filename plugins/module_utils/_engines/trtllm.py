@@ -19,10 +19,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import GB, GIB
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_spec import (
+from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import GB, GIB
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
     Arg, model, reasoning_parser, tool_parser)
-from ansible_collections.kimi.deploy.plugins.module_utils._flags_trtllm_1_3_0rc17 import (
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.trtllm_1_3_0rc17 import (
     LLM_ARGS as LLM_ARGS_1_3_0RC17, LLM_ARGS_CHOICES as CHOICES_1_3_0RC17, LLM_ARGS_CLASS as CLASS_1_3_0RC17,
     LLM_ARGS_EXTRA as EXTRA_1_3_0RC17, OPTIONS as V1_3_0RC17)
 

@@ -20,10 +20,10 @@ __metaclass__ = type
 import json
 import re
 
-from ansible_collections.kimi.deploy.plugins.module_utils._inputs import (
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import (
     DeploymentError, check_choice, check_int, check_text, fail, is_unset)
-from ansible_collections.kimi.deploy.plugins.module_utils import _ports
-from ansible_collections.kimi.deploy.plugins.module_utils._routers import ROUTERS, router_argv
+from ansible_collections.kimi.deploy.plugins.module_utils._model import ports as _ports
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.routers import ROUTERS, router_argv
 
 ROLES = ("prefill", "decode")
 # SGLang's default --disaggregation-bootstrap-port (server_args.py); the prefill serves its bootstrap server there.

@@ -12,7 +12,7 @@ __metaclass__ = type
 import json
 import shlex
 
-from ansible_collections.kimi.deploy.plugins.module_utils._platforms import traits
+from ansible_collections.kimi.deploy.plugins.module_utils._model.platforms import traits
 
 # The site stages in order, each with the tag that selects it (site.yml).
 STAGES = ("preflight", "host", "weights", "image", "serve", "metrics", "proxy", "bench")

@@ -14,14 +14,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import GIB
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_spec import (
+from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import GIB
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
     Arg, model, pd_bootstrap_port, pd_prefill, pd_rdma_devices, pd_role, pd_transfer_backend, reasoning_parser,
     tool_parser)
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_sglang import SPECULATIVE as SGLANG_SPECULATIVE
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_sglang import SPECULATIVE_ARGS
-from ansible_collections.kimi.deploy.plugins.module_utils._flags_sglang_0_5_13_post1 import OPTIONS as V0_5_13_POST1
-from ansible_collections.kimi.deploy.plugins.module_utils._speculative import spec_draft_quantization
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.sglang import SPECULATIVE as SGLANG_SPECULATIVE
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.sglang import SPECULATIVE_ARGS
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.sglang_0_5_13_post1 import OPTIONS as V0_5_13_POST1
+from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import spec_draft_quantization
 
 ENGINE = {
     "name": "sglang",

@@ -13,8 +13,8 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.kimi.deploy.plugins.module_utils._site_inputs import INPUTS
-from ansible_collections.kimi.deploy.plugins.module_utils._validate import full_match
+from ansible_collections.kimi.deploy.plugins.module_utils._model.site_inputs import INPUTS
+from ansible_collections.kimi.deploy.plugins.module_utils._model.validate import full_match
 
 
 class DeploymentError(ValueError):

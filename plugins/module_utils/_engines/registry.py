@@ -16,15 +16,15 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_cli import check_extra, option_index
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_sglang import ENGINE as SGLANG
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_trtllm import ENGINE as TRTLLM
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_sglang_ascend import ENGINE as SGLANG_ASCEND
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_vllm import ENGINE as VLLM
-from ansible_collections.kimi.deploy.plugins.module_utils._engine_vllm_ascend import ENGINE as VLLM_ASCEND
-from ansible_collections.kimi.deploy.plugins.module_utils._inputs import DeploymentError, fail, var
-from ansible_collections.kimi.deploy.plugins.module_utils._platforms import DEFAULT as DEFAULT_PLATFORM
-from ansible_collections.kimi.deploy.plugins.module_utils._platforms import ORDER as PLATFORM_ORDER
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.cli import check_extra, option_index
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.sglang import ENGINE as SGLANG
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.trtllm import ENGINE as TRTLLM
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.sglang_ascend import ENGINE as SGLANG_ASCEND
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.vllm import ENGINE as VLLM
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.vllm_ascend import ENGINE as VLLM_ASCEND
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError, fail, var
+from ansible_collections.kimi.deploy.plugins.module_utils._model.platforms import DEFAULT as DEFAULT_PLATFORM
+from ansible_collections.kimi.deploy.plugins.module_utils._model.platforms import ORDER as PLATFORM_ORDER
 
 # Keyed by build: an engine (the `engine` input) has one build per accelerator platform it runs on.
 ENGINES = dict((spec.get("key", spec["name"]), spec) for spec in (SGLANG, VLLM, TRTLLM, VLLM_ASCEND, SGLANG_ASCEND))

@@ -14,10 +14,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import QUANTS
-from ansible_collections.kimi.deploy.plugins.module_utils._inputs import VARIABLES, check_int
-from ansible_collections.kimi.deploy.plugins.module_utils._pd import layout_mismatch
-from ansible_collections.kimi.deploy.plugins.module_utils._site_inputs import INPUTS
+from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import QUANTS
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import VARIABLES, check_int
+from ansible_collections.kimi.deploy.plugins.module_utils._model.pd import layout_mismatch
+from ansible_collections.kimi.deploy.plugins.module_utils._model.site_inputs import INPUTS
 
 MISSING = object()
 
@@ -130,7 +130,7 @@ def group_disagreement(kind, name, resolved):
     known = [(host, d) for host, d in resolved[1:] if bool(d.get("hardware")) == bool(first.get("hardware"))]
     if kind == "pd":
         mismatch = layout_mismatch([{"host": host, "role": d["pd"]["role"], "layout": d["pd"]["layout"]}
-                                for host, d in [(first_host, first)] + known])
+                                    for host, d in [(first_host, first)] + known])
         return "kimi_pd %s: %s." % (name, mismatch) if mismatch else ""
     differs = []
     for host, deployment in known:

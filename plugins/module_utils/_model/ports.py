@@ -13,7 +13,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kimi.deploy.plugins.module_utils._inputs import check_int, fail
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import check_int, fail
 
 # What listens on each of the deployment's own ports, by the variable that moves it.
 LISTENERS = {

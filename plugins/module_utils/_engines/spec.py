@@ -8,7 +8,7 @@ An engine file declares ENGINE, a dict read by _engines (the registry), _fit and
   entrypoint:         the server command; image_entrypoint: the image's own entry point is that command (vLLM), so
                       argv starts after it; otherwise argv starts with it.
   default_version:    the version served when kimi_engine_version is unset: the newest one verified end to end.
-  versions:           version -> {options: the generated _flags_ table, images: {quant: pinned image},
+  versions:           version -> {options: the generated flags table, images: {quant: pinned image},
                       local_build: quants whose image kimi_image builds, build_bases: {quant: the release image it
                       builds FROM}, verified: where it was proven (None: only its flags are checked), notes: lines the
                       plan prints}.
@@ -57,8 +57,8 @@ __metaclass__ = type
 
 import json
 
-from ansible_collections.kimi.deploy.plugins.module_utils._checkpoints import CHECKPOINTS
-from ansible_collections.kimi.deploy.plugins.module_utils._inputs import text
+from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import CHECKPOINTS
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import text
 
 
 class Arg:
