@@ -397,6 +397,258 @@ def _capabilities(engine, version, reasons, warnings):
     return tool, reasoning, checks
 
 
+def _check_inputs(inputs):
+    """The inputs as a dict, with no control character in any string, nested too (where the inputs enter)."""
+    if inputs is None:
+        inputs = {}
+    if not isinstance(inputs, dict):
+        raise DeploymentError("deployment inputs must be a dict, got %s" % type(inputs).__name__)
+    for field, value in inputs.items():
+        if field == "pd" and isinstance(value, dict):  # the disaggregated inputs: each part names its own variable
+            for part, item in value.items():
+                check_no_control("pd_%s" % part if "pd_%s" % part in VARIABLES else "pd_members", item)
+        elif field == "revisions" and isinstance(value, dict):  # {quant: sha}: kimi_<quant>_revision each
+            for quant, item in value.items():
+                check_no_control("kimi_%s_revision" % quant, item)
+        else:
+            check_no_control(field, value)
+    return inputs
+
+
+def _identity(inputs, gpus, r):
+    """Seam 1, identity and version: quant and engine (given or recommended from the accelerators), the platform and
+    the engine's build for it, the release (kimi_engine_version, the image's tag, or the verified default)."""
+    quant = "auto" if is_unset(inputs.get("quant")) else str(inputs["quant"]).strip().lower()
+    engine = "auto" if is_unset(inputs.get("engine")) else str(inputs["engine"]).strip().lower()
+    _check_identity(quant, engine)
+    r["summary"] = summary = _summary(gpus) if gpus else None
+    r["advice"] = advice = _advice(summary) if summary else None
+    platform = platform_of(summary) if summary else None
+    quant, engine, r["auto"] = _pick_identity(quant, engine, summary, advice, r["reasons"], platform)
+    r["platform"] = platform = platform or _quant_platform(quant)
+    # From here on `key` is the engine's build for this platform (vllm-ascend is engine=vllm on Ascend).
+    r["key"] = key = _check_platform(quant, engine, platform, summary)
+    r["spec"] = spec = ENGINES[key]
+    _check_family(quant, key, summary)
+    r["family"] = summary["arch"] if summary else None
+    r["quant"], r["engine"] = quant, engine
+    version = check_text("engine_version", inputs.get("engine_version"), VERSION_RE, ["a release, e.g. 0.22.1"], None)
+    r["image"] = check_text("image", inputs.get("image"), IMAGE_RE, ["an image reference, e.g. registry.local/vllm:1"],
+                            None)
+    r["version"], version_why = select_version(key, version, r["image"])
+    r["reasons"].append(version_why)
+    r["release"] = release = spec["versions"][r["version"]]
+    if quant not in release["images"]:
+        fail("engine_version", r["version"], sorted(v for v, x in spec["versions"].items() if quant in x["images"]),
+             "%s %s has no pinned image for quant=%s" % (spec["title"], r["version"], quant))
+    r["reasons"].extend(release["notes"])
+
+
+def _layout_and_fit(inputs, require_revision, r):
+    """Seam 2, layout and fit: KV dtype, MoE backend, the replica's layout, the memory knob, the engine's own options
+    (their layout keys change the fit), speculative decoding (its draft counts in the fit), the fit of the settings
+    chosen, and the context length."""
+    key, quant, summary, spec, version = r["key"], r["quant"], r["summary"], r["spec"], r["version"]
+    r["kv"] = kv = _check_kv(quant, key, inputs.get("kv_cache_dtype"))
+    if r["auto"]:
+        r["reasons"].append(_kv_note(kv))
+    r["moe"] = _check_moe(quant, key, inputs.get("moe_backend"), r["family"])
+    nodes, r["node_rank"], r["head_address"], r["dist_port"], tp, pp, dp = _check_replica(key, inputs, summary,
+                                                                                         r["reasons"])
+    r["nodes"], r["tp"], r["pp"], r["dp"] = nodes, tp, pp, dp
+    r["mem"] = mem = _check_mem(key, inputs.get("mem_fraction"))
+    min_kv = inputs.get("min_kv_tokens")
+    min_kv = MIN_KV_TOKENS if is_unset(min_kv) else check_int("min_kv_tokens", min_kv, 0, 64 * MAX_CONTEXT)
+    r["user_options"] = inputs.get("engine_options") or {}
+    probe = engine_config(key, version, {"tp": tp, "pp": pp, "context_length": MAX_CONTEXT, "kv_cache_dtype": kv,
+                                         "mem_fraction": mem}, r["user_options"])
+    r["attention_dp"] = bool(probe and probe.get("enable_attention_dp")) or bool(spec.get("attention_dp"))
+    r["speculative"] = speculative = resolve_speculative(
+        inputs, spec, version, eng_options(key, version), quant,
+        {"tp": tp, "pp": pp, "dp": dp, "nodes": nodes, "pd": not is_unset(inputs.get("pd")),
+         "platform": r["platform"], "family": r["family"]}, require_revision, r["warnings"])
+    if speculative:
+        r["reasons"].append("Speculative decoding: %s; %s." % (speculative["summary"], speculative["why"]))
+    # The fit of the settings chosen (not the recommended ones); more hosts only when no setting of the user's fits.
+    r["verdict"] = verdict = fit(quant, key, kv, mem, tp, summary, min_kv, pp=pp, nodes=nodes,
+                                 attention_dp=r["attention_dp"], dp=dp,
+                                 draft=speculative["draft"] if speculative else None) if summary else None
+    if verdict:
+        r["reasons"].append(verdict["reason"])
+    r["replica"] = None
+    if verdict and not verdict["fits"] and nodes == 1 and not verdict["settings_advice"]:
+        r["replica"] = replica_advice(quant, key, kv, mem, summary, min_kv)
+    if r["replica"]:
+        r["reasons"].append(r["replica"])
+    r["ctx"] = _context(key, quant, inputs, kv, mem, verdict, summary, r["warnings"])
+
+
+def _endpoint(inputs, require_revision, r):
+    """Seam 3, the endpoint: the engine's address and port, the model name clients send, the image, the extra
+    arguments, the parsers and verify checks this release has, the checkpoint revision."""
+    key, spec, version, quant, warnings = r["key"], r["spec"], r["version"], r["quant"], r["warnings"]
+    r["port"] = port = check_int("port", DEFAULT_PORT if is_unset(inputs.get("port")) else inputs["port"], 1, 65535)
+    r["host"] = host = check_text("host", inputs.get("host"), HOST_RE,
+                                  ["an IP address or host name, e.g. 0.0.0.0 or 127.0.0.1"], DEFAULT_HOST)
+    r["name"] = _served_model_name(spec, version, quant, inputs.get("served_model_name"), warnings)
+    if host in WILDCARD_HOSTS:
+        warnings.append("%s=%s: the engine port %d answers without authentication to every network this host is on; "
+                        "the proxy only needs 127.0.0.1." % (var("host"), host, port))
+    pinned = pinned_image(key, version, quant, r["family"])
+    r["image"] = image = r["image"] or pinned
+    for pattern, why in spec["image_refusals"]:
+        if re.match(pattern, image.rsplit("/", 1)[-1]):
+            fail("image", image, ["a full %s tag, e.g. %s" % (spec["title"], pinned)], why)
+    managed(key, version)  # every flag the collection emits exists in this version's list
+    r["extra"] = check_extra_args(key, version, inputs.get("extra_args"))
+    r["tool"], r["reasoning"], r["checks"] = _capabilities(key, version, r["reasons"], warnings)
+    if eng_options(key, version)["provenance"] != "release":
+        warnings.append("%s %s's flag list is approximate: it was read from upstream source files that are not the "
+                        "release's (tests/fixtures/engine_flags/engine_flags_%s-%s.json names them); regenerate it "
+                        "from the release with make engine-flags ENGINE=%s VERSION=%s."
+                        % (spec["title"], version, r["engine"], version, r["engine"], version))
+    r["revision"] = _check_revision(quant, inputs.get("revisions"), require_revision, warnings)
+
+
+def _deployment(r):
+    """What every role reads, from the three seams above."""
+    quant, spec, release, checkpoint = r["quant"], r["spec"], r["release"], CHECKPOINTS[r["quant"]]
+    host, port = r["host"], r["port"]
+    deployment = {
+        "identity": "%s-%s" % (quant, r["engine"]),
+        "quant": quant,
+        "engine": r["engine"],
+        # The build of the engine for this platform (the registry key of its data), and the platform with what the
+        # roles read of it (_platforms: its host role, devices, collective environment, exporter).
+        "engine_build": r["key"],
+        "platform": r["platform"],
+        "platform_traits": traits(r["platform"]),
+        "engine_title": spec["title"],
+        "engine_version": r["version"],
+        "engine_verified": release["verified"],
+        "reasons": r["reasons"],
+        "warnings": r["warnings"],
+        "checkpoint": {
+            "repo_id": checkpoint["repo_id"],
+            "revision": r["revision"],
+            "revision_variable": checkpoint["revision_variable"],
+            "format": checkpoint["format"],
+            "weights_bytes": checkpoint["weights_bytes"],
+        },
+        "image": r["image"],
+        "image_is_local_build": quant in release["local_build"],
+        # The release image a local build starts FROM (kimi_image), or None.
+        "image_base": release.get("build_bases", {}).get(quant),
+        # NVFP4's image (transformers >= 5.10) loads trust_remote_code modules offline through the file a snapshot
+        # symlink points to, in blobs/, and then misses their relative imports: its *.py must be real files.
+        "remote_code_real_files": quant == "nvfp4",
+        "entrypoint": list(spec["entrypoint"]),
+        "kv_cache_dtype": r["kv"],
+        "moe_backend": r["moe"],
+        "tp": r["tp"],
+        "pp": r["pp"],
+        "dp": r["dp"],
+        "attention_dp": r["attention_dp"],
+        # The replica: nodes hosts meeting at head_address:dist_port; rank 0 (the head) serves the API.
+        "nodes": r["nodes"],
+        "node_rank": r["node_rank"],
+        "head_address": r["head_address"],
+        "dist_port": r["dist_port"],
+        "serves_api": r["node_rank"] == 0,
+        "host": host,
+        "port": port,
+        # Where a client on the host reaches the engine (a wildcard bind is reached over loopback).
+        "local_url": "http://%s:%d" % ("127.0.0.1" if host in WILDCARD_HOSTS else host, port),
+        # The engine's Prometheus text, under local_url.
+        "metrics_path": spec.get("metrics_path", "/metrics"),
+        "served_model_name": r["name"],
+        "context_length": r["ctx"],
+        "mem_fraction": r["mem"],
+        "memory_flag": spec["memory"]["flag"],
+        "memory_meaning": spec["memory"]["meaning"],
+        "tool_parser": r["tool"],
+        "reasoning_parser": r["reasoning"],
+        "verify_checks": r["checks"],
+        # /dev/shm the engine needs while it loads the weights (site.yml's preflight checks the host's), or None.
+        "shm_bytes_required": spec["shm_bytes"],
+        "shm_why": spec.get("shm_why"),
+        "extra_args": r["extra"],
+        # Speculative decoding: method, draft (repo_id, revision, revision_variable, weights_bytes, ...) and knobs, or
+        # None; the engine data files emit its flags.
+        "speculative": r["speculative"],
+        # The engine's environment in the container (Ascend: HCCL, allocator and feature switches, seeds 001/004) and
+        # its own /dev/shm size where the container does not share the host's.
+        "container_env": dict(spec["container_env"], **(spec["container_env_multi_node"] if r["nodes"] > 1 else {})),
+        "container_shm_bytes": spec["container_shm_bytes"],
+        "hardware": None,
+    }
+    summary, verdict, advice = r["summary"], r["verdict"], r["advice"]
+    if summary:
+        deployment["hardware"] = {
+            "gpu_count": summary["count"],
+            "platform": r["platform"],
+            "models": summary["models"],
+            "arch": summary["arch"],
+            "sm": summary["sm"],
+            "vram_total_mib": summary["vram_total_mib"],
+            "vram_min_mib": summary["vram_min_mib"],
+            "kv_tokens_estimate": verdict["kv_tokens"],
+            "fits": verdict["fits"],
+            "fit_reason": verdict["reason"],
+            "replica_advice": r["replica"],
+            "recommended": dict((k, advice[k]) for k in ("quant", "engine", "kv_cache_dtype", "moe_backend")),
+        }
+    return deployment
+
+
+def _disaggregate(inputs, deployment, r):
+    """Seam 4, disaggregation and speculation: a disaggregated deployment (kimi_pd) gives this host its role, the
+    transfer backend and the router, and the engine binds the host's address on the deployment's network; the
+    speculative check reads the engine's own metrics, which a router does not serve."""
+    pd = resolve_pd(inputs.get("pd"), r["spec"], r["version"], deployment, r["warnings"])
+    deployment["pd"] = pd
+    if not r["speculative"] or pd:
+        deployment["verify_checks"].remove("speculative")
+    if pd:
+        if is_unset(inputs.get("host")):
+            deployment["host"] = pd["address"]
+            deployment["local_url"] = "http://%s:%d" % (pd["address"], r["port"])
+        deployment["serves_api"] = r["node_rank"] == 0 and pd["router"]["is_here"]
+        deployment["container_env"] = dict(deployment["container_env"], **pd["container_env"])
+        instances = ", ".join("%s %s" % (i["role"], i["head"]) for i in pd["instances"])
+        r["reasons"].append("Disaggregated (kimi_pd %s): this host is %s instance %d of %s; KV transfer: %s"
+                            % (pd["name"], pd["role"], pd["instance"], instances, pd["transfer_why"]))
+    # Where the clients' requests go on this host (Caddy's upstream): the router on a disaggregated deployment's
+    # router host, else the engine.
+    here = pd and pd["router"]["is_here"]
+    deployment["api_port"] = pd["router"]["port"] if here else r["port"]
+    deployment["api_url"] = pd["router"]["url"] if here else deployment["local_url"]
+    # The ports this host opens for the deployment, one table (_ports); the roles' own are added by the action.
+    deployment["ports"] = [{"port": p, "variable": v, "what": w}
+                           for p, v, w in check_ports(deployment_ports(deployment))]
+
+
+def _commands(inputs, deployment, r):
+    """Seam 5, the commands: the engine's config file, argv and command line, every replica member's command (the
+    same but for its rank) and every disaggregated instance's, for the plan and for checking a group agrees."""
+    key, version, spec, pd = r["key"], r["version"], r["spec"], deployment["pd"]
+    deployment["engine_config"] = engine_config(key, version, deployment, r["user_options"])
+    deployment["engine_config_path"] = spec["config_path"] if deployment["engine_config"] is not None else None
+    if r["speculative"]:  # the speculative flags alone, in this engine's form, for the plan
+        r["speculative"]["flags"] = [token for arg in spec["args"] if (arg.field or "").startswith("speculative")
+                                     for token in arg.render(deployment)]
+    deployment["argv"] = engine_argv(deployment)
+    deployment["command"] = command_for(deployment)
+    deployment["member_commands"] = [command_for(dict(deployment, node_rank=rank)) for rank in range(r["nodes"])]
+    for index, instance in enumerate(pd["instances"] if pd else []):
+        view = dict(deployment, pd=dict(pd, **for_instance(pd, index, spec["disaggregation"], deployment)))
+        if is_unset(inputs.get("host")):
+            view["host"] = instance["address"]
+        view["engine_config"] = engine_config(key, version, view, r["user_options"])
+        instance["command"] = command_for(view)
+        instance["engine_config"] = view["engine_config"]
+
+
 def resolve(inputs, gpus=None, require_revision=True):
     """Resolve user inputs (+ GPU facts when known) into the deployment every role consumes.
 
@@ -406,228 +658,15 @@ def resolve(inputs, gpus=None, require_revision=True):
     speculative_tokens, speculative_topk, speculative_draft_tokens. Missing -> derived.
     The one validator of these inputs: a bad one raises DeploymentError naming its variable. A GPU pool that
     cannot hold the deployment does not raise: hardware.fits is false and hardware.fit_reason says why.
+    It runs in seams, each a function that reads and adds to one record of what is resolved so far: identity and
+    version; layout and fit; the endpoint; then the deployment, disaggregation and speculation; the commands.
     """
-    if inputs is None:
-        inputs = {}
-    if not isinstance(inputs, dict):
-        raise DeploymentError("deployment inputs must be a dict, got %s" % type(inputs).__name__)
-    for field, value in inputs.items():  # where the inputs enter: no control character in any string, nested too
-        if field == "pd" and isinstance(value, dict):  # the disaggregated inputs: each part names its own variable
-            for part, item in value.items():
-                check_no_control("pd_%s" % part if "pd_%s" % part in VARIABLES else "pd_members", item)
-        elif field == "revisions" and isinstance(value, dict):  # {quant: sha}: kimi_<quant>_revision each
-            for quant, item in value.items():
-                check_no_control("kimi_%s_revision" % quant, item)
-        else:
-            check_no_control(field, value)
-    quant = "auto" if is_unset(inputs.get("quant")) else str(inputs["quant"]).strip().lower()
-    engine = "auto" if is_unset(inputs.get("engine")) else str(inputs["engine"]).strip().lower()
-    _check_identity(quant, engine)
-
-    summary = _summary(gpus) if gpus else None
-    advice = _advice(summary) if summary else None
-    reasons = []
-    warnings = []
-    platform = platform_of(summary) if summary else None
-    quant, engine, auto = _pick_identity(quant, engine, summary, advice, reasons, platform)
-    platform = platform or _quant_platform(quant)
-    # From here on `key` is the engine's build for this platform (vllm-ascend is engine=vllm on Ascend).
-    key = _check_platform(quant, engine, platform, summary)
-    spec = ENGINES[key]
-    _check_family(quant, key, summary)
-    family = summary["arch"] if summary else None
-
-    # The engine version: kimi_engine_version, else the one the image's tag names, else the verified default.
-    version = check_text("engine_version", inputs.get("engine_version"), VERSION_RE, ["a release, e.g. 0.22.1"], None)
-    image = check_text("image", inputs.get("image"), IMAGE_RE, ["an image reference, e.g. registry.local/vllm:1"], None)
-    version, version_why = select_version(key, version, image)
-    reasons.append(version_why)
-    release = spec["versions"][version]
-    if quant not in release["images"]:
-        fail("engine_version", version, sorted(v for v, r in spec["versions"].items() if quant in r["images"]),
-             "%s %s has no pinned image for quant=%s" % (spec["title"], version, quant))
-    reasons.extend(release["notes"])
-
-    kv = _check_kv(quant, key, inputs.get("kv_cache_dtype"))
-    if auto:
-        reasons.append(_kv_note(kv))
-    moe = _check_moe(quant, key, inputs.get("moe_backend"), family)
-    nodes, node_rank, head_address, dist_port, tp, pp, dp = _check_replica(key, inputs, summary, reasons)
-    mem = _check_mem(key, inputs.get("mem_fraction"))
-    min_kv = inputs.get("min_kv_tokens")
-    min_kv = MIN_KV_TOKENS if is_unset(min_kv) else check_int("min_kv_tokens", min_kv, 0, 64 * MAX_CONTEXT)
-
-    # The engine's own options file (TensorRT-LLM's YAML): checked now, since its layout keys change the fit.
-    user_options = inputs.get("engine_options") or {}
-    probe = engine_config(key, version, {"tp": tp, "pp": pp, "context_length": MAX_CONTEXT, "kv_cache_dtype": kv,
-                                         "mem_fraction": mem}, user_options)
-    attention_dp = bool(probe and probe.get("enable_attention_dp")) or bool(spec.get("attention_dp"))
-
-    # Speculative decoding (kimi_speculative): the method this version accepts, the draft and its knobs; the draft's
-    # weights and KV count in the fit.
-    speculative = resolve_speculative(
-        inputs, spec, version, eng_options(key, version), quant,
-        {"tp": tp, "pp": pp, "dp": dp, "nodes": nodes, "pd": not is_unset(inputs.get("pd")),
-         "platform": platform, "family": family}, require_revision, warnings)
-    draft = speculative["draft"] if speculative else None
-    if speculative:
-        reasons.append("Speculative decoding: %s; %s." % (speculative["summary"], speculative["why"]))
-
-    # The fit of the settings chosen (not the recommended ones); more hosts only when no setting of the user's fits.
-    verdict = fit(quant, key, kv, mem, tp, summary, min_kv, pp=pp, nodes=nodes,
-                  attention_dp=attention_dp, dp=dp, draft=draft) if summary else None
-    kv_tokens = verdict["kv_tokens"] if verdict else None
-    if verdict:
-        reasons.append(verdict["reason"])
-    replica = None
-    if verdict and not verdict["fits"] and nodes == 1 and not verdict["settings_advice"]:
-        replica = replica_advice(quant, key, kv, mem, summary, min_kv)
-    if replica:
-        reasons.append(replica)
-    ctx = _context(key, quant, inputs, kv, mem, verdict, summary, warnings)
-
-    port = check_int("port", DEFAULT_PORT if is_unset(inputs.get("port")) else inputs["port"], 1, 65535)
-    host = check_text("host", inputs.get("host"), HOST_RE, ["an IP address or host name, e.g. 0.0.0.0 or 127.0.0.1"],
-                      DEFAULT_HOST)
-    name = _served_model_name(spec, version, quant, inputs.get("served_model_name"), warnings)
-    if host in WILDCARD_HOSTS:
-        warnings.append("%s=%s: the engine port %d answers without authentication to every network this host is on; "
-                        "the proxy only needs 127.0.0.1." % (var("host"), host, port))
-    pinned = pinned_image(key, version, quant, family)
-    image = image or pinned
-    for pattern, why in spec["image_refusals"]:
-        if re.match(pattern, image.rsplit("/", 1)[-1]):
-            fail("image", image, ["a full %s tag, e.g. %s" % (spec["title"], pinned)], why)
-    managed(key, version)  # every flag the collection emits exists in this version's list
-    extra = check_extra_args(key, version, inputs.get("extra_args"))
-    tool, reasoning, checks = _capabilities(key, version, reasons, warnings)
-    if eng_options(key, version)["provenance"] != "release":
-        warnings.append("%s %s's flag list is approximate: it was read from upstream source files that are not the "
-                        "release's (tests/fixtures/engine_flags/engine_flags_%s-%s.json names them); regenerate it "
-                        "from the release with make engine-flags ENGINE=%s VERSION=%s."
-                        % (spec["title"], version, engine, version, engine, version))
-    checkpoint = CHECKPOINTS[quant]
-    revision = _check_revision(quant, inputs.get("revisions"), require_revision, warnings)
-
-    deployment = {
-        "identity": "%s-%s" % (quant, engine),
-        "quant": quant,
-        "engine": engine,
-        # The build of the engine for this platform (the registry key of its data), and the platform with what the
-        # roles read of it (_platforms: its host role, devices, collective environment, exporter).
-        "engine_build": key,
-        "platform": platform,
-        "platform_traits": traits(platform),
-        "engine_title": spec["title"],
-        "engine_version": version,
-        "engine_verified": release["verified"],
-        "reasons": reasons,
-        "warnings": warnings,
-        "checkpoint": {
-            "repo_id": checkpoint["repo_id"],
-            "revision": revision,
-            "revision_variable": checkpoint["revision_variable"],
-            "format": checkpoint["format"],
-            "weights_bytes": checkpoint["weights_bytes"],
-        },
-        "image": image,
-        "image_is_local_build": quant in release["local_build"],
-        # The release image a local build starts FROM (kimi_image), or None.
-        "image_base": release.get("build_bases", {}).get(quant),
-        # NVFP4's image (transformers >= 5.10) loads trust_remote_code modules offline through the file a snapshot
-        # symlink points to, in blobs/, and then misses their relative imports: its *.py must be real files.
-        "remote_code_real_files": quant == "nvfp4",
-        "entrypoint": list(spec["entrypoint"]),
-        "kv_cache_dtype": kv,
-        "moe_backend": moe,
-        "tp": tp,
-        "pp": pp,
-        "dp": dp,
-        "attention_dp": attention_dp,
-        # The replica: nodes hosts meeting at head_address:dist_port; rank 0 (the head) serves the API.
-        "nodes": nodes,
-        "node_rank": node_rank,
-        "head_address": head_address,
-        "dist_port": dist_port,
-        "serves_api": node_rank == 0,
-        "host": host,
-        "port": port,
-        # Where a client on the host reaches the engine (a wildcard bind is reached over loopback).
-        "local_url": "http://%s:%d" % ("127.0.0.1" if host in WILDCARD_HOSTS else host, port),
-        # The engine's Prometheus text, under local_url.
-        "metrics_path": spec.get("metrics_path", "/metrics"),
-        "served_model_name": name,
-        "context_length": ctx,
-        "mem_fraction": mem,
-        "memory_flag": spec["memory"]["flag"],
-        "memory_meaning": spec["memory"]["meaning"],
-        "tool_parser": tool,
-        "reasoning_parser": reasoning,
-        "verify_checks": checks,
-        # /dev/shm the engine needs while it loads the weights (site.yml's preflight checks the host's), or None.
-        "shm_bytes_required": spec["shm_bytes"],
-        "shm_why": spec.get("shm_why"),
-        "extra_args": extra,
-        # Speculative decoding: method, draft (repo_id, revision, revision_variable, weights_bytes, ...) and knobs, or
-        # None; the engine data files emit its flags.
-        "speculative": speculative,
-        # The engine's environment in the container (Ascend: HCCL, allocator and feature switches, seeds 001/004) and
-        # its own /dev/shm size where the container does not share the host's.
-        "container_env": dict(spec["container_env"], **(spec["container_env_multi_node"] if nodes > 1 else {})),
-        "container_shm_bytes": spec["container_shm_bytes"],
-        "hardware": None,
-    }
-    if summary:
-        deployment["hardware"] = {
-            "gpu_count": summary["count"],
-            "platform": platform,
-            "models": summary["models"],
-            "arch": summary["arch"],
-            "sm": summary["sm"],
-            "vram_total_mib": summary["vram_total_mib"],
-            "vram_min_mib": summary["vram_min_mib"],
-            "kv_tokens_estimate": kv_tokens,
-            "fits": verdict["fits"],
-            "fit_reason": verdict["reason"],
-            "replica_advice": replica,
-            "recommended": dict((k, advice[k]) for k in ("quant", "engine", "kv_cache_dtype", "moe_backend")),
-        }
-    # A disaggregated deployment (kimi_pd): this host's role, the transfer backend, the router; the engine binds the
-    # host's address on the deployment's network (the router and the other role reach it there).
-    pd = resolve_pd(inputs.get("pd"), spec, version, deployment, warnings)
-    deployment["pd"] = pd
-    if not speculative or pd:  # the speculative check reads the engine's own metrics, which a router does not serve
-        deployment["verify_checks"].remove("speculative")
-    if pd:
-        if is_unset(inputs.get("host")):
-            deployment["host"] = pd["address"]
-            deployment["local_url"] = "http://%s:%d" % (pd["address"], port)
-        deployment["serves_api"] = node_rank == 0 and pd["router"]["is_here"]
-        deployment["container_env"] = dict(deployment["container_env"], **pd["container_env"])
-        reasons.append("Disaggregated (kimi_pd %s): this host is %s instance %d of %s; KV transfer: %s"
-                       % (pd["name"], pd["role"], pd["instance"],
-                          ", ".join("%s %s" % (i["role"], i["head"]) for i in pd["instances"]), pd["transfer_why"]))
-    # Where the clients' requests go on this host (Caddy's upstream): the router on a disaggregated deployment's
-    # router host, else the engine.
-    deployment["api_port"] = pd["router"]["port"] if pd and pd["router"]["is_here"] else port
-    # The ports this host opens for the deployment, one table (_ports); the roles' own are added by the action.
-    deployment["ports"] = [{"port": p, "variable": v, "what": w} for p, v, w in check_ports(deployment_ports(deployment))]
-    deployment["api_url"] = pd["router"]["url"] if pd and pd["router"]["is_here"] else deployment["local_url"]
-    deployment["engine_config"] = engine_config(key, version, deployment, user_options)
-    deployment["engine_config_path"] = spec["config_path"] if deployment["engine_config"] is not None else None
-    if speculative:  # the speculative flags alone, in this engine's form, for the plan
-        speculative["flags"] = [token for arg in spec["args"] if (arg.field or "").startswith("speculative")
-                                for token in arg.render(deployment)]
-    deployment["argv"] = engine_argv(deployment)
-    deployment["command"] = command_for(deployment)
-    # Every member's command (the same but for its rank), for the plan and for checking a replica agrees.
-    deployment["member_commands"] = [command_for(dict(deployment, node_rank=rank)) for rank in range(nodes)]
-    if pd:  # every instance's command (its role, address and KV settings), for the plan
-        for index, instance in enumerate(pd["instances"]):
-            view = dict(deployment, pd=dict(pd, **for_instance(pd, index, spec["disaggregation"], deployment)))
-            if is_unset(inputs.get("host")):
-                view["host"] = instance["address"]
-            view["engine_config"] = engine_config(key, version, view, user_options)
-            instance["command"] = command_for(view)
-            instance["engine_config"] = view["engine_config"]
+    inputs = _check_inputs(inputs)
+    resolved = {"reasons": [], "warnings": []}
+    _identity(inputs, gpus, resolved)
+    _layout_and_fit(inputs, require_revision, resolved)
+    _endpoint(inputs, require_revision, resolved)
+    deployment = _deployment(resolved)
+    _disaggregate(inputs, deployment, resolved)
+    _commands(inputs, deployment, resolved)
     return deployment
