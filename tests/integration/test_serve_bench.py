@@ -140,7 +140,7 @@ def make_ca(folder):
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """The engine double serving a fake Kimi-K2.6 checkpoint, the key-checking TLS proxy in front of it, and the
-    tokenizer files copied aside as playbooks/tasks/bench.yml fetches them."""
+    tokenizer files copied aside as the kimi_switch role's bench entry point fetches them."""
     if not shutil.which("openssl"):
         pytest.skip("openssl is needed for the test CA")
     root = tmp_path_factory.mktemp("serve_bench")
