@@ -36,7 +36,7 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "build", "bench-converge")
-STAGES = ("preflight", "nvidia_host", "weights", "image", "serve", "proxy")
+STAGES = ("preflight", "host", "weights", "image", "serve", "proxy")
 
 
 BASE_CONFIG = os.path.join(ROOT, ".config", "molecule", "config.yml")
