@@ -44,7 +44,14 @@ def test_evict_then_warm_reads_the_shards_in_and_a_second_warm_reads_nothing(tmp
     assert evicted["bytes_resident_after"] == 0, evicted
     warmed = run(tmp_path, snapshot=str(snapshot), reserve_bytes=0)
     assert warmed["bytes_resident_before"] == 0 and warmed["bytes_read"] == 16 * MiB
-    assert warmed["bytes_resident_after"] == 16 * MiB and warmed["limited_by"] is None and not warmed["changed"]
+    assert warmed["limited_by"] is None and not warmed["changed"]
+    if warmed["bytes_resident_after"] != 16 * MiB:
+        # The kernel reclaimed a few clean pages between the read and the count (seen once in a fresh-machine CI run,
+        # 3 pages of 4096): a second warm reads back exactly those and leaves every page resident.
+        missing = 16 * MiB - warmed["bytes_resident_after"]
+        warmed = run(tmp_path, snapshot=str(snapshot), reserve_bytes=0)
+        assert warmed["bytes_read"] <= missing, warmed
+    assert warmed["bytes_resident_after"] == 16 * MiB, warmed
     again = run(tmp_path, snapshot=str(snapshot), reserve_bytes=0)
     if again["bytes_read"]:
         # The kernel may reclaim clean pages between two runs on a busy machine (seen once beside two pytest workers
