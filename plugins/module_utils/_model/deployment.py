@@ -453,8 +453,8 @@ def _layout_and_fit(inputs, require_revision, r):
     if r["auto"]:
         r["reasons"].append(_kv_note(kv))
     r["moe"] = _check_moe(quant, key, inputs.get("moe_backend"), r["family"])
-    nodes, r["node_rank"], r["head_address"], r["dist_port"], tp, pp, dp = _check_replica(key, inputs, summary,
-                                                                                         r["reasons"])
+    layout = _check_replica(key, inputs, summary, r["reasons"])
+    nodes, r["node_rank"], r["head_address"], r["dist_port"], tp, pp, dp = layout
     r["nodes"], r["tp"], r["pp"], r["dp"] = nodes, tp, pp, dp
     r["mem"] = mem = _check_mem(key, inputs.get("mem_fraction"))
     min_kv = inputs.get("min_kv_tokens")
