@@ -92,12 +92,12 @@ demo-clean:  ## Remove everything make demo made (the host, its volumes, .demo/)
 	demo/demo.sh clean
 
 # Make variables are passed quoted (QUANT='int4 -e x=1' is one value, refused by name); GPUS= must name a profile.
-plan: setup  ## Resolve and print a deployment, no host needed (QUANT=, ENGINE=, GPUS=profile, HOSTS=hosts in one replica, PD=1P1D disaggregated, SPEC=eagle3 speculative, ARGS=more -e); exits 2 when it does not fit
+plan: setup  ## Resolve and print a deployment, no host needed (QUANT=, ENGINE=, GPUS=profile, HOSTS=hosts in one replica, PD=1P1D disaggregated, FLEET=2 hosts behind a gateway, SPEC=eagle3 speculative, ARGS=more -e); exits 2 when it does not fit
 	@gpus='$(or $(GPUS),rtx-pro-6000-x8)'; test -f "tests/fixtures/gpus/$$gpus.json" || { \
 		echo "GPUS=$$gpus is not a GPU profile. Allowed values: $$(cd tests/fixtures/gpus && ls -- *.json | sed 's/\.json$$//' | tr '\n' ' ')" >&2; exit 2; }
 	$(BIN)/ansible-playbook playbooks/plan.yml -e 'quant=$(or $(QUANT),auto)' -e 'engine=$(or $(ENGINE),auto)' \
 		-e '@tests/fixtures/gpus/$(or $(GPUS),rtx-pro-6000-x8).json' -e 'kimi_replica_plan_hosts=$(or $(HOSTS),1)' \
-		$(if $(PD),-e 'kimi_pd_plan=$(PD)') $(if $(SPEC),-e 'kimi_speculative=$(SPEC)') $(ARGS)
+		$(if $(PD),-e 'kimi_pd_plan=$(PD)') $(if $(FLEET),-e 'kimi_fleet_plan=$(FLEET)') $(if $(SPEC),-e 'kimi_speculative=$(SPEC)') $(ARGS)
 
 lint: setup  ## yamllint + ansible-lint (production profile) + changelog fragments
 	$(BIN)/yamllint --strict .

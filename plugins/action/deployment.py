@@ -43,6 +43,60 @@ def role_ports(values, groups):
     return uses
 
 
+class Site:
+    """A run's view of the inventory for one task: hosts' variables (templated once), and a host's deployment
+    resolved from its own inputs, groups and accelerators (kimi.deploy.gateway resolves the fleet with it too)."""
+
+    def __init__(self, templar, task_vars, require_revision=None):
+        self.templar, self.task_vars = templar, task_vars
+        self.me = task_vars["inventory_hostname"]
+        self.hostvars = task_vars.get("hostvars") or {}
+        groups = task_vars.get("groups") or {}
+        self.servers = list(groups.get("kimi_servers") or [])
+        self.gateways = list(groups.get("kimi_gateways") or [])
+        self.seen = {}
+        if require_revision is None:
+            require_revision = _site.value(self.get, self.me, "kimi_require_revision", True)
+        self.require_revision = bool(require_revision)
+
+    def get(self, host, variable):
+        """A host's value of a variable, templated once per task; this host's from the task's variables (play vars
+        too)."""
+        key = (host, variable)
+        if key not in self.seen:
+            if host == self.me:
+                found = (self.templar.template(self.task_vars[variable]) if variable in self.task_vars
+                         else _site.MISSING)
+            else:
+                facts = self.hostvars[host] if host in self.hostvars else {}
+                found = facts[variable] if variable in facts else _site.MISSING
+            self.seen[key] = found
+        return self.seen[key]
+
+    def replica(self, host):
+        return _site.replica_members(self.get, host, self.servers)
+
+    def pd(self, host):
+        return _site.pd_members(self.get, host, self.servers)
+
+    def resolve_host(self, host, gpus=None, **previews):
+        """A host's deployment from its own inputs, groups and accelerators."""
+        inputs = _site.inputs(self.get, host, self.replica(host), self.pd(host), gateways=self.gateways, **previews)
+        return resolve(inputs, _site.accelerators(self.get, host) if gpus is None else gpus,
+                       require_revision=self.require_revision)
+
+    def resolve_member(self, host, group="this host's group"):
+        try:
+            return self.resolve_host(host)
+        except DeploymentError as refused:
+            raise DeploymentError("%s, a host of %s, is refused: %s" % (host, group, refused))
+
+    def role_values(self, host):
+        """The roles' port variables set for `host` (unset ones are left to the roles' defaults)."""
+        return dict((variable, self.get(host, variable)) for variable in _ports.ROLE_PORTS
+                    if self.get(host, variable) is not _site.MISSING)
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -55,63 +109,27 @@ class ActionModule(ActionBase):
         unknown = sorted(set(args) - self._VALID_ARGS)
         if unknown:
             return dict(result, failed=True, msg="kimi.deploy.deployment: unknown argument(s) %s" % unknown)
-        me = task_vars["inventory_hostname"]
-        hostvars = task_vars.get("hostvars") or {}
-
-        seen = {}
-
-        def get(host, variable):
-            """A host's value of a variable, templated once per task; this host's from the task's variables (play
-            vars too)."""
-            key = (host, variable)
-            if key not in seen:
-                if host == me:
-                    found = self._templar.template(task_vars[variable]) if variable in task_vars else _site.MISSING
-                else:
-                    facts = hostvars[host] if host in hostvars else {}
-                    found = facts[variable] if variable in facts else _site.MISSING
-                seen[key] = found
-            return seen[key]
-
-        servers = list((task_vars.get("groups") or {}).get("kimi_servers") or [])
-        require_revision = args.get("require_revision")
-        if require_revision is None:
-            require_revision = _site.value(get, me, "kimi_require_revision", True)
+        site = Site(self._templar, task_vars, args.get("require_revision"))
+        me, get = site.me, site.get
         warnings = []
         if get(me, _site.OLD_IMAGE) is not _site.MISSING and get(me, "kimi_engine_image") is _site.MISSING:
             warnings.append("DEPRECATION: kimi_image is deprecated (it is also the name of the role that builds the "
                             "NVFP4 image) and will be removed in kimi.deploy 1.0.0; set kimi_engine_image instead. "
                             "Using kimi_image=%s for now." % get(me, _site.OLD_IMAGE))
-
-        def resolve_host(host, gpus=None, **previews):
-            """A host's deployment from its own inputs, groups and accelerators."""
-            inputs = _site.inputs(get, host, _site.replica_members(get, host, servers),
-                                  _site.pd_members(get, host, servers), **previews)
-            return resolve(inputs, _site.accelerators(get, host) if gpus is None else gpus,
-                           require_revision=bool(require_revision))
-
-        def resolve_member(host):
-            try:
-                return resolve_host(host)
-            except DeploymentError as refused:
-                raise DeploymentError("%s, a host of this host's group, is refused: %s" % (host, refused))
-
         try:
-            replica, pd = _site.replica_members(get, me, servers), _site.pd_members(get, me, servers)
-            deployment = resolve_host(me, args.get("gpus"), plan_hosts=args.get("plan_hosts"),
-                                      pd_plan=args.get("pd_plan"))
+            replica, pd = site.replica(me), site.pd(me)
+            deployment = site.resolve_host(me, args.get("gpus"), plan_hosts=args.get("plan_hosts"),
+                                           pd_plan=args.get("pd_plan"))
             # The hosts that serve as one agree: each resolved from its own inputs and facts, on every call.
             for kind, group, name in (("replica", replica, "kimi_replica"), ("pd", pd, "kimi_pd")):
                 if len(group) > 1:
-                    resolved = [(h, deployment if h == me else resolve_member(h)) for h in group]
+                    resolved = [(h, deployment if h == me else site.resolve_member(h)) for h in group]
                     refused = _site.group_disagreement(kind, get(me, name), resolved)
                     if refused:
                         raise DeploymentError(refused)
             # The roles' ports beside the deployment's, one table: no two users of one port on this host.
-            values = dict((variable, get(me, variable)) for variable in _ports.ROLE_PORTS
-                          if get(me, variable) is not _site.MISSING)
             uses = [(p["port"], p["variable"], p["what"]) for p in deployment["ports"]]
-            uses = _ports.check(uses + role_ports(values, task_vars.get("group_names", [])))
+            uses = _ports.check(uses + role_ports(site.role_values(me), task_vars.get("group_names", [])))
             deployment["ports"] = [{"port": p, "variable": v, "what": w} for p, v, w in uses]
         except DeploymentError as refused:
             # One line, first: the refusal names the variable, the reason and the allowed values.

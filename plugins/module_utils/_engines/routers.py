@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: kimi.deploy contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""The engines' own prefill/decode routers, as data, and their command lines. Private to kimi.deploy.
+"""The engines' own routers, as data, and their command lines: in front of a prefill/decode deployment, and as the
+fleet gateway in front of aggregated instances (regular mode). Private to kimi.deploy.
 
 A router is pinned like an engine release: a version with the flag list generated from its released package
 (tools/engine_flags.py, as the engines'), and every option the collection emits is checked against that list, as are
@@ -54,6 +55,8 @@ ROUTERS = {
         "metrics": "own-port",
         "metrics_path": "/metrics",
         "health_path": "/health",
+        "serves": ("sglang", "vllm", "trtllm", "sglang-ascend", "vllm-ascend"),
+        "workers_api": {"list": "/workers", "add": "/workers", "remove_by": "id"},
     },
     "vllm-router": {
         "title": "vllm-router",
@@ -65,6 +68,8 @@ ROUTERS = {
         "metrics": "own-port",
         "metrics_path": "/metrics",
         "health_path": "/health",
+        "serves": ("vllm", "vllm-ascend"),
+        "workers_api": {"list": "/workers", "add": "/workers", "remove_by": "url"},
     },
     "trtllm-disaggregated": {
         "title": "trtllm-serve disaggregated",
@@ -76,6 +81,7 @@ ROUTERS = {
         "metrics": "same-port",
         "metrics_path": "/prometheus/metrics",
         "health_path": "/health",
+        "serves": (),
         "config_path": "/etc/kimi-k26/disagg.yaml",
     },
 }
@@ -130,9 +136,16 @@ def router_argv(name, pd, deployment, extra):
     """(argv after the router's entry point, its config file or None) for the router `name` of the disaggregated
     deployment `pd`; every option checked against the pinned router's list, kimi_pd_router_extra_args read as its
     parser reads them."""
-    router = ROUTERS[name]
     argv, config = BUILDERS[name](pd, deployment)
-    argv += LISTEN[router["install"]](pd["router"])
+    argv += LISTEN[ROUTERS[name]["install"]](pd["router"])
+    return checked_argv(name, argv, extra, OWNERS, "pd_members", "kimi_pd", "pd_router_extra_args"), config
+
+
+def checked_argv(name, argv, extra, owners, workers_field, what, extra_field):
+    """`argv` (what the collection passes the router `name`) with the user's `extra` (the variable `extra_field`)
+    appended: every option the collection passes must exist in the pinned router's flag list, and an option of
+    `extra` that the collection manages is refused naming its owner (`owners`, else `workers_field`)."""
+    router = ROUTERS[name]
     table = router["options"]
     index = option_index(table)
     label = "%s %s" % (router["title"], router["version"])
@@ -140,8 +153,8 @@ def router_argv(name, pd, deployment, extra):
     for element in argv:
         if element.startswith("-") and not element.lstrip("-").isdigit():
             if element not in index:
-                raise DeploymentError("kimi_pd: %s, which the collection passes to the router, is not an option of %s "
+                raise DeploymentError("%s: %s, which the collection passes to the router, is not an option of %s "
                                       "(its flag list: plugins/module_utils/_engines/flags/*); that version needs its own "
-                                      "router data (plugins/module_utils/_engines/routers.py)" % (element, label))
-            managed[index[element][0]] = Arg(element, OWNERS.get(element, "pd_members"))
-    return argv + check_extra(table, label, managed, extra, field="pd_router_extra_args"), config
+                                      "router data (plugins/module_utils/_engines/routers.py)" % (what, element, label))
+            managed[index[element][0]] = Arg(element, owners.get(element, workers_field))
+    return argv + check_extra(table, label, managed, extra, field=extra_field)

@@ -618,6 +618,13 @@ def _disaggregate(inputs, deployment, r):
         instances = ", ".join("%s %s" % (i["role"], i["head"]) for i in pd["instances"])
         r["reasons"].append("Disaggregated (kimi_pd %s): this host is %s instance %d of %s; KV transfer: %s"
                             % (pd["name"], pd["role"], pd["instance"], instances, pd["transfer_why"]))
+    elif inputs.get("fleet_address") and is_unset(inputs.get("host")):
+        # Behind the fleet gateway: the engine listens where the gateways reach it (Caddy here reaches it there too).
+        deployment["host"] = address = inputs["fleet_address"]
+        deployment["local_url"] = "http://%s:%d" % (("[%s]" % address) if ":" in address else address, r["port"])
+        r["reasons"].append("Behind the fleet gateway (%s): the engine listens on %s, the fleet's network"
+                            % (", ".join(inputs["gateways"]), address))
+    deployment["gateways"] = list(inputs.get("gateways") or [])
     # Where the clients' requests go on this host (Caddy's upstream): the router on a disaggregated deployment's
     # router host, else the engine.
     here = pd and pd["router"]["is_here"]

@@ -25,6 +25,8 @@ TABLE = (
     {"name": "caddy", "path": "/metrics/caddy", "job": "kimi-caddy", "what": "Caddy's own metrics"},
     {"name": "router", "path": "/metrics/router", "job": "kimi-router",
      "what": "a disaggregated deployment's router, on its router host"},
+    {"name": "gateway", "path": "/metrics/gateway", "job": "kimi-gateway",
+     "what": "the fleet gateway's router, on a kimi_gateways host's gateway site"},
 )
 
 NAMES = tuple(r["name"] for r in TABLE)

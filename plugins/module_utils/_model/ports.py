@@ -30,6 +30,10 @@ ROLE_PORTS = {
     "kimi_weights_peer_port": ("kimi_weights", "the fleet's weights peer cache (Caddy)", None),
     "kimi_metrics_node_exporter_port": ("kimi_metrics", "the node exporter", None),
     "kimi_metrics_accelerator_exporter_port": ("kimi_metrics", "the accelerator exporter", None),
+    # the fleet gateway (kimi_gateway) runs on the kimi_gateways hosts only
+    "kimi_gateway_port": ("kimi_gateway", "the fleet gateway's router", "kimi_gateways"),
+    "kimi_gateway_metrics_port": ("kimi_gateway", "the fleet gateway router's metrics", "kimi_gateways"),
+    "kimi_gateway_https_port": ("kimi_gateway", "Caddy's HTTPS listener of the fleet gateway", "kimi_gateways"),
     # host:port; Prometheus runs on the kimi_monitoring hosts only
     "kimi_monitoring_listen_address": ("kimi_monitoring", "Prometheus", "kimi_monitoring"),
 }

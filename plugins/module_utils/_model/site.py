@@ -65,11 +65,22 @@ def pd_member(get, host):
             "rdma_devices": devices}
 
 
-def inputs(get, host, replica, pd, plan_hosts=None, pd_plan=None):
+def fleet_address(get, host, replica):
+    """Where the gateways reach `host`'s instance: its replica head's kimi_fleet_address, else ansible_host, else
+    the head's name."""
+    head = replica[0] if replica else host
+    return value(get, head, VARIABLES["fleet_address"]) or value(get, head, "ansible_host") or head
+
+
+def inputs(get, host, replica, pd, plan_hosts=None, pd_plan=None, gateways=None):
     """The resolver's inputs for `host`, the hosts of its replica and of its disaggregated deployment given
     (replica_members, pd_members). plan_hosts and pd_plan are plan.yml's previews (a replica of N example hosts; a
-    1P1D-style disaggregated deployment) for a host that is in no such group."""
+    1P1D-style disaggregated deployment) for a host that is in no such group. gateways: the hosts of kimi_gateways
+    (the engine then listens on the fleet address)."""
     out = dict((field, value(get, host, VARIABLES[field], default)) for field, default in FIELDS.items())
+    if gateways and get(host, "kimi_pd") is MISSING:
+        out["fleet_address"] = fleet_address(get, host, replica)
+        out["gateways"] = list(gateways)
     if out["image"] is None:
         out["image"] = value(get, host, OLD_IMAGE)
     out["revisions"] = dict((quant, value(get, host, "kimi_%s_revision" % quant)) for quant in QUANTS)

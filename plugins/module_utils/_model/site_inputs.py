@@ -188,6 +188,14 @@ INPUTS = (
     Input('kimi_replica_plan_hosts', 'int', doc=(
         'plan.yml only - preview a replica of this many hosts like the one in kimi_gpus (C(make plan HOSTS=2)).',
     )),
+    Input('kimi_fleet_address', 'str', field='fleet_address', read='member', doc=(
+        "This host's address on the fleet's private network, where the gateways (the hosts of the group "
+        "C(kimi_gateways)) reach its engine; with a gateway in the inventory the engine listens there (a "
+        "replica's hosts use their head's). Default - its ansible_host, else its name.",
+    )),
+    Input('kimi_fleet_plan', 'raw', doc=(
+        'plan.yml only - preview a fleet of this many hosts behind a gateway (C(make plan FLEET=2)).',
+    )),
     Input('kimi_pd', 'str', field='pd_members', doc=(
         'Name of the prefill/decode disaggregated deployment this host belongs to. The kimi_servers hosts with '
         "the same name serve one endpoint together, each in its C(kimi_pd_role), behind the engine's own router "

@@ -21,8 +21,9 @@ HOST_ROLES = ("nvidia_host", "ascend_host")  # generic accelerator hosts: no Kim
 # Private roles (a leading underscore, as prometheus.prometheus._common): what the host roles share, each given its
 # variables by the role that includes it; no Kimi knowledge either.
 PRIVATE_ROLES = ("_image_archive",)
-# The monitoring host's role reads the other hosts' deployments (hostvars), not one of its own.
-MONITOR_ROLES = ("kimi_monitoring",)
+# The monitoring host's role reads the other hosts' deployments (hostvars), not one of its own; the gateway's, the
+# fleet's (kimi_gateway, resolved from every serving host's inputs).
+MONITOR_ROLES = ("kimi_monitoring", "kimi_gateway")
 # The air-gapped host's apt source: the bundle's repository for the host's release, whatever it serves.
 SITE_ROLES = ("kimi_bundle",)
 
@@ -31,9 +32,9 @@ def _computed(value):
     return isinstance(value, str) and value.strip().startswith("{{") and value.strip().endswith("}}")
 
 
-def test_the_eleven_roles_and_the_private_one_exist():
-    assert ROLES == ["_image_archive", "ascend_host", "caddy_proxy", "kimi_bundle", "kimi_image", "kimi_metrics",
-                     "kimi_monitoring", "kimi_router", "kimi_serve", "kimi_switch", "kimi_weights", "nvidia_host"]
+def test_the_twelve_roles_and_the_private_one_exist():
+    assert ROLES == ["_image_archive", "ascend_host", "caddy_proxy", "kimi_bundle", "kimi_gateway", "kimi_image",
+                     "kimi_metrics", "kimi_monitoring", "kimi_router", "kimi_serve", "kimi_switch", "kimi_weights", "nvidia_host"]
 
 
 @pytest.mark.parametrize("role", PRIVATE_ROLES)

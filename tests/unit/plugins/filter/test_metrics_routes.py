@@ -37,7 +37,7 @@ def test_routes_come_in_the_tables_order_with_its_paths_and_absent_ones_left_out
 
 
 @pytest.mark.parametrize(("given", "words"), [
-    ({"nodes": UP}, "no metrics route named nodes (the routes: engine, node, accelerator, caddy, router)"),
+    ({"nodes": UP}, "no metrics route named nodes (the routes: engine, node, accelerator, caddy, router, gateway)"),
     ({"node": {"upstream": "127.0.0.1:9100"}}, "the node route needs upstream and upstream_path"),
     ([UP], "input must be a dict of upstreams by route name, got list"),
 ])
@@ -70,7 +70,10 @@ def test_the_roles_build_their_routes_with_the_filter_and_spell_no_routes_path()
     with open(os.path.join(ROOT, "roles", "kimi_metrics", "tasks", "routes.yml")) as handle:
         text = handle.read()
     assert "kimi.deploy.metrics_routes" in text
-    assert set(re.findall(r"'([a-z]+)': \{'upstream'", text)) == set(mr.NAMES) - {"engine"}
+    assert set(re.findall(r"'([a-z]+)': \{'upstream'", text)) == set(mr.NAMES) - {"engine", "gateway"}
+    # the gateway's route is the gateway's own site (the model builds it with the same table)
+    with open(os.path.join(ROOT, "plugins", "module_utils", "_model", "gateway.py")) as handle:
+        assert 'routes({"gateway": {' in handle.read()
     with open(os.path.join(ROOT, "roles", "caddy_proxy", "vars", "main.yml")) as handle:
         assert "kimi.deploy.metrics_routes" in yaml.safe_load(handle)["_caddy_proxy_metrics_routes"]
     # A route's path as a value ('/metrics/node', 'path': '/metrics') anywhere but the table: a second declaration.

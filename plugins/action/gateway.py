@@ -1,0 +1,80 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""kimi.deploy.gateway: the fleet gateway on a host of kimi_gateways. Resolves every kimi_servers host's deployment
+from its own inputs and accelerators (as kimi.deploy.deployment resolves a group's members), takes the serving
+instances (hosts alone and replica heads), and sets the fact kimi_gateway: the router, its policy and why, every worker
+URL and the router's command, checked against the pinned router's flag list. With plan_fleet (plan.yml, make plan
+FLEET=N) it previews N example hosts resolved as this host is; a refusal is the task's one clean message."""
+
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase, VariableLayer
+from ansible_collections.kimi.deploy.plugins.action.deployment import Site, role_default, role_ports
+from ansible_collections.kimi.deploy.plugins.module_utils._model import ports as _ports
+from ansible_collections.kimi.deploy.plugins.module_utils._model import site as _site
+from ansible_collections.kimi.deploy.plugins.module_utils._model.deployment import resolve
+from ansible_collections.kimi.deploy.plugins.module_utils._model.gateway import resolve_gateway
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError, check_int
+
+# The gateway's settings: kimi_gateway's role variables (their defaults in its defaults/main.yml).
+SETTINGS = {"router": "kimi_gateway_router", "policy": "kimi_gateway_policy", "port": "kimi_gateway_port",
+            "metrics_port": "kimi_gateway_metrics_port", "https_port": "kimi_gateway_https_port",
+            "extra_args": "kimi_gateway_router_extra_args", "retry": "kimi_gateway_retry"}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _VALID_ARGS = frozenset(("plan_fleet", "changed_so_far"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = self._task.args
+        unknown = sorted(set(args) - self._VALID_ARGS)
+        if unknown:
+            return dict(result, failed=True, msg="kimi.deploy.gateway: unknown argument(s) %s" % unknown)
+        site = Site(self._templar, task_vars, False if args.get("plan_fleet") else None)
+        me, get = site.me, site.get
+        settings = {}
+        for key, variable in SETTINGS.items():
+            found = get(me, variable)
+            settings[key] = role_default("kimi_gateway", variable) if found is _site.MISSING else found
+        try:
+            if args.get("plan_fleet"):
+                instances = self._preview(site, check_int("kimi_fleet_plan", args["plan_fleet"], 1, 64))
+            else:
+                instances = []
+                for host in site.servers:
+                    deployment = site.resolve_member(host, "the fleet behind the gateway %s" % me)
+                    if deployment.get("pd") or deployment["serves_api"]:
+                        instances.append({"host": host, "deployment": deployment})
+            gateway = resolve_gateway(me, instances, settings)
+            uses = [(gateway["port"], SETTINGS["port"], _ports.ROLE_PORTS[SETTINGS["port"]][1]),
+                    (gateway["metrics_port"], SETTINGS["metrics_port"], _ports.ROLE_PORTS[SETTINGS["metrics_port"]][1]),
+                    (gateway["https_port"], SETTINGS["https_port"], _ports.ROLE_PORTS[SETTINGS["https_port"]][1])]
+            mine = [i["deployment"] for i in instances if i["host"] == me]
+            if mine:  # a serving host that is a gateway too: its deployment's and roles' ports beside the gateway's
+                uses += [(p["port"], p["variable"], p["what"]) for p in mine[0]["ports"]]
+                uses += [u for u in role_ports(site.role_values(me), task_vars.get("group_names", []))
+                         if u[1] not in SETTINGS.values()]
+            _ports.check(uses)
+        except DeploymentError as refused:
+            note = (" " + args["changed_so_far"]) if args.get("changed_so_far") else ""
+            return dict(result, failed=True, msg="kimi.deploy: %s%s" % (refused, note))
+        gateway["serves_here"] = bool(mine)
+        self.register_host_variables({"kimi_gateway": gateway}, VariableLayer.EPHEMERAL_FACT)
+        return dict(result, changed=False, gateway=gateway, warnings=list(gateway["warnings"]))
+
+    @staticmethod
+    def _preview(site, count):
+        """`count` example hosts (fleet-1.., 10.0.1.11..) resolved from this host's inputs and GPUs."""
+        me, get = site.me, site.get
+        instances = []
+        for index in range(count):
+            inputs = _site.inputs(get, me, [me], [], gateways=[me])
+            inputs["fleet_address"] = "10.0.1.%d" % (11 + index)
+            deployment = resolve(inputs, _site.accelerators(get, me), require_revision=False)
+            instances.append({"host": "fleet-%d" % (index + 1), "deployment": deployment})
+        return instances

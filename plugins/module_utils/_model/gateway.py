@@ -1,0 +1,166 @@
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""The fleet gateway: one endpoint for every serving instance of the fleet, the engines' own router in regular mode on
+the hosts of the group kimi_gateways, with Caddy in front (the same client keys and TLS as a serving host). Private to
+kimi.deploy.
+
+resolve_gateway() takes the instances the group resolution found (kimi.deploy.gateway: each kimi_servers host's
+deployment from its own inputs, as kimi.deploy.deployment resolves a group's members) and the gateway settings, and
+returns the router, its policy and why, every worker URL and the router's command, every option checked against the
+pinned router's flag list (_engines/routers.py). Nothing here asks which platform an instance is on: the router data
+says which engine builds it serves.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.routers import ROUTERS, checked_argv
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError, check_int, check_text, fail, is_unset
+from ansible_collections.kimi.deploy.plugins.module_utils._model.metrics_routes import routes
+from ansible_collections.kimi.deploy.plugins.module_utils._model.report import shell_line
+
+# The engine whose own router fronts a fleet of that engine alone; any other fleet (another engine, or a mix during a
+# switch of engines) gets the first router whose `serves` has every instance's build.
+OWN_ROUTER = {"sglang": "sglang-router", "vllm": "vllm-router"}
+GATEWAY_ROUTERS = ("sglang-router", "vllm-router")
+DURATION_RE = re.compile(r"[0-9]+(ms|s|m)")
+# The options the collection passes a gateway router, and the variable that owns each (kimi_gateway_router_extra_args
+# may not set them).
+OWNERS = {"--port": "kimi_gateway_port", "--prometheus-port": "kimi_gateway_metrics_port", "--host": None,
+          "--prometheus-host": None, "--policy": "kimi_gateway_policy"}
+WHY_POLICY = {
+    "cache_aware": "cache_aware: the router keeps a radix tree of the prompts each instance has seen and sends a "
+                   "request to the instance that holds the longest prefix of it (long agentic sessions reuse their "
+                   "KV cache), falling back to the least loaded one when the load is uneven",
+    "round_robin": "round_robin: each instance in turn, whatever its cache holds",
+}
+
+
+def _url(address, port):
+    return "http://%s:%d" % (("[%s]" % address) if ":" in address else address, port)
+
+
+def resolve_gateway(host, instances, settings, warnings=None):
+    """The gateway on `host`.
+
+    instances: [{"host", "deployment"}], the serving instances of the fleet in inventory order (a host alone, a
+    replica's head); settings: router (or None: chosen), policy, port, metrics_port, https_port, extra_args.
+    """
+    warnings = [] if warnings is None else warnings
+    if not instances:
+        raise DeploymentError("kimi_gateways: %s is a gateway, but the inventory has no serving instance for it to "
+                              "front (no host in kimi_servers)" % host)
+    for instance in instances:
+        if instance["deployment"].get("pd"):
+            fail("kimi_gateways", host, ["a fleet of aggregated instances (hosts alone, or kimi_replica groups)"],
+                 "%s is part of the disaggregated deployment %s, which its own router fronts; a gateway in front of a "
+                 "prefill/decode router is not supported" % (instance["host"], instance["deployment"]["pd"]["name"]))
+    builds = sorted(set(i["deployment"]["engine_build"] for i in instances))
+    engines = sorted(set(i["deployment"]["engine"] for i in instances))
+    names = sorted(set(i["deployment"]["served_model_name"] for i in instances))
+    if len(names) > 1:
+        serving = ["%s on %s" % (name, ", ".join(i["host"] for i in instances
+                                                 if i["deployment"]["served_model_name"] == name)) for name in names]
+        fail("kimi_served_model_name", names, ["one model name across the fleet"],
+             "the gateway routes one model; its instances serve %s" % ", ".join(serving))
+    name = settings.get("router")
+    if is_unset(name):
+        own = OWN_ROUTER.get(engines[0]) if len(engines) == 1 and len(builds) == 1 else None
+        name = own if own and builds[0] in ROUTERS[own]["serves"] else next(
+            (r for r in GATEWAY_ROUTERS if all(b in ROUTERS[r]["serves"] for b in builds)), None)
+        if name is None:
+            raise DeploymentError("kimi_gateways: no router serves every engine of this fleet (%s)" % ", ".join(builds))
+        why = ("%s, the %s fleet's own router" % (name, engines[0]) if name == own else
+               "%s: its regular mode proxies the OpenAI API of every engine here (%s)%s"
+               % (name, ", ".join(builds), "; the fleet runs more than one engine" if len(builds) > 1 else
+                  "; the engine has no router of its own"))
+    else:
+        if name not in GATEWAY_ROUTERS:
+            fail("kimi_gateway_router", name, GATEWAY_ROUTERS)
+        missing = [i for i in instances if i["deployment"]["engine_build"] not in ROUTERS[name]["serves"]]
+        if missing:
+            able = [r for r in GATEWAY_ROUTERS if all(b in ROUTERS[r]["serves"] for b in builds)]
+            fail("kimi_gateway_router", name, able or None, "%s does not serve %s (%s)" % (
+                name, ", ".join(sorted(set(i["deployment"]["engine_build"] for i in missing))),
+                ", ".join("%s: %s" % (i["host"], i["deployment"]["identity"]) for i in missing)))
+        why = "%s: kimi_gateway_router" % name
+    router = ROUTERS[name]
+    policies = router["options"]["values"]["policy"]
+    policy = settings.get("policy")
+    if policy not in policies:
+        fail("kimi_gateway_policy", policy, policies, "not a policy of %s %s" % (router["title"], router["version"]))
+    port = check_int("kimi_gateway_port", settings.get("port"), 1, 65535)
+    metrics_port = check_int("kimi_gateway_metrics_port", settings.get("metrics_port"), 1, 65535)
+    https_port = check_int("kimi_gateway_https_port", settings.get("https_port"), 1, 65535)
+    if len(set((port, metrics_port, https_port))) < 3:
+        fail("kimi_gateway_port", port, ["three different ports for the router, its metrics and Caddy"],
+             "kimi_gateway_port=%d, kimi_gateway_metrics_port=%d, kimi_gateway_https_port=%d"
+             % (port, metrics_port, https_port))
+    workers = []
+    for instance in instances:
+        deployment = instance["deployment"]
+        address = deployment["host"]
+        if address in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"):
+            fail("host", address, ["the host's address on the fleet's network (kimi_fleet_address)"],
+                 "%s's engine must listen where the gateway %s reaches it" % (instance["host"], host))
+        workers.append({"host": instance["host"], "url": _url(address, deployment["port"]),
+                        "identity": deployment["identity"], "engine_build": deployment["engine_build"]})
+    argv = (["--worker-urls"] + [w["url"] for w in workers] + ["--policy", policy, "--host", "127.0.0.1", "--port",
+            str(port), "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port)])
+    argv = checked_argv(name, argv, settings.get("extra_args"), OWNERS, "kimi_gateways", "kimi_gateways",
+                        "kimi_gateway_router_extra_args")
+    retry = check_text("kimi_gateway_retry", settings.get("retry"), DURATION_RE, ["a duration, e.g. 10s"], None)
+    checks = [c for c in instances[0]["deployment"]["verify_checks"]
+              if all(c in i["deployment"]["verify_checks"] for i in instances) and c != "speculative"]
+    warnings.append("kimi_gateways: the engines of %s listen on the fleet's network (%s) without authentication, "
+                    "for the gateway to reach them; that network must stay private (only the gateways and the "
+                    "engines' own Caddy in front of them may reach those ports)."
+                    % (", ".join(w["host"] for w in workers), ", ".join(w["url"] for w in workers)))
+    return {
+        "host": host,
+        "router": name,
+        "title": router["title"],
+        "package": router["package"],
+        "version": router["version"],
+        "install": router["install"],
+        "workers_api": router["workers_api"],
+        "why": why,
+        "policy": policy,
+        "policy_why": WHY_POLICY.get(policy, policy),
+        "workers": workers,
+        "engines": builds,
+        "port": port,
+        "metrics_port": metrics_port,
+        "https_port": https_port,
+        "url": "http://127.0.0.1:%d" % port,
+        "metrics_url": "http://127.0.0.1:%d%s" % (metrics_port, router["metrics_path"]),
+        "argv": argv,
+        "command": list(router["entrypoint"]) + argv,
+        "config": None,
+        "served_model_name": names[0],
+        "verify_checks": checks,
+        # Caddy's gateway site on this host (caddy_proxy_gateway): the router on loopback, its metrics and Caddy's own
+        # behind the metrics key, a request that cannot reach the router (a restart) retried for `retry`.
+        "site": {"https_port": https_port, "upstream": "127.0.0.1:%d" % port, "served_model_name": names[0],
+                 "verify_checks": checks, "retry": retry,
+                 "metrics_routes": routes({"gateway": {"upstream": "127.0.0.1:%d" % metrics_port,
+                                                       "upstream_path": router["metrics_path"]},
+                                           "caddy": {"upstream": "caddy", "upstream_path": "/metrics"}})},
+        "warnings": warnings,
+    }
+
+
+def gateway_lines(gateway):
+    """The gateway as lines for people (the plan and site.yml's preflight)."""
+    lines = ["gateway: %s, https port %d (Caddy, the fleet's client keys), %s %s on 127.0.0.1:%d"
+             % (gateway["host"], gateway["https_port"], gateway["title"], gateway["version"], gateway["port"]),
+             "router: %s" % gateway["why"],
+             "policy: %s" % gateway["policy_why"]]
+    lines += ["worker: %s (%s, %s)" % (w["url"], w["host"], w["identity"]) for w in gateway["workers"]]
+    lines.append("gateway command: %s" % shell_line(gateway["command"]))
+    lines += ["warning: %s" % w for w in gateway["warnings"]]
+    return lines

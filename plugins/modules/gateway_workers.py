@@ -1,0 +1,200 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kimi.deploy contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gateway_workers
+short_description: Take instances out of the fleet gateway's router, put them back, or wait until it lists them
+description:
+  - Runs on a gateway host against the engines' router on loopback (sglang-router, vllm-router) through its worker
+    API (C(GET /workers), C(POST /workers), C(DELETE /workers/<id or URL>)), read from the released packages.
+  - V(absent) - each worker of O(workers) the router lists is removed, and the module waits until the router no
+    longer lists it (sglang-router applies a removal in the background). A rolling switch runs this before it drains
+    an instance, so the gateway sends it nothing new.
+  - V(present) - each worker not listed is added, and the module waits until the router lists every one as healthy
+    (after the instance passed verify).
+  - V(listed) - adds nothing: waits until the router answers and lists every worker as healthy (after a start).
+  - Changed when a worker was added or removed. In check mode it says what it would do and changes nothing.
+version_added: 0.1.0
+author: kimi.deploy maintainers (@kimi-deploy)
+options:
+  router_url:
+    description: The router's base URL on this host, e.g. C(http://127.0.0.1:30090).
+    type: str
+    required: true
+  remove_by:
+    description: What the router's C(DELETE /workers/...) takes - its worker C(id) (sglang-router) or the C(url).
+    type: str
+    choices: [id, url]
+    required: true
+  workers:
+    description: The worker URLs, e.g. C(http://10.0.1.11:30000).
+    type: list
+    elements: str
+    required: true
+  state:
+    description: absent, present or listed (above).
+    type: str
+    choices: [absent, present, listed]
+    default: present
+  timeout:
+    description: Seconds to wait for the router to apply the change (or, for V(listed), to list every worker).
+    type: int
+    default: 60
+  router_down:
+    description:
+      - What to do when the router does not answer - V(fail), or V(skip) (nothing to take out of a gateway that
+        does not run yet, on a first deployment; the result says so).
+    type: str
+    choices: [fail, skip]
+    default: fail
+"""
+
+EXAMPLES = r"""
+- name: Take this host's engine out of every gateway before draining it
+  kimi.deploy.gateway_workers:
+    router_url: http://127.0.0.1:30090
+    remove_by: id
+    workers: [http://10.0.1.11:30000]
+    state: absent
+    router_down: skip
+"""
+
+RETURN = r"""
+workers:
+  description: The router's workers after the change, as [{url, healthy}].
+  returned: when the router answered
+  type: list
+  elements: dict
+added:
+  description: The workers added.
+  type: list
+  elements: str
+  returned: always
+removed:
+  description: The workers removed.
+  type: list
+  elements: str
+  returned: always
+router_down:
+  description: True when the router did not answer and router_down=skip.
+  type: bool
+  returned: always
+"""
+
+import json
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
+from ansible.module_utils.six.moves.urllib.parse import quote
+from ansible.module_utils.six.moves.urllib.request import Request, urlopen
+
+
+class RouterError(Exception):
+    pass
+
+
+def call(base, method, path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    request = Request(base.rstrip("/") + path, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urlopen(request, timeout=10) as response:
+            text = response.read().decode("utf-8", "replace")
+            return response.status, text
+    except HTTPError as error:
+        return error.code, error.read().decode("utf-8", "replace")
+
+
+def listed(base):
+    """{url: {"id", "healthy"}} of the router's workers."""
+    status, text = call(base, "GET", "/workers")
+    if status != 200:
+        raise RouterError("GET /workers answered %d: %s" % (status, text[:300]))
+    workers = json.loads(text).get("workers") or []
+    return dict((w["url"], {"id": w.get("id"), "healthy": w.get("is_healthy", True)}) for w in workers)
+
+
+def wait(base, until, timeout, what):
+    deadline = time.time() + timeout
+    while True:
+        current = listed(base)
+        if until(current):
+            return current
+        if time.time() >= deadline:
+            raise RouterError("the router did not %s within %d s; it lists %s" % (
+                what, timeout, ", ".join("%s (%s)" % (u, "healthy" if w["healthy"] else "unhealthy")
+                                         for u, w in sorted(current.items())) or "no worker"))
+        time.sleep(0.5)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            router_url=dict(type="str", required=True),
+            remove_by=dict(type="str", required=True, choices=["id", "url"]),
+            workers=dict(type="list", elements="str", required=True),
+            state=dict(type="str", default="present", choices=["absent", "present", "listed"]),
+            timeout=dict(type="int", default=60),
+            router_down=dict(type="str", default="fail", choices=["fail", "skip"]),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    base, wanted, state = p["router_url"], p["workers"], p["state"]
+    out = dict(changed=False, added=[], removed=[], router_down=False)
+    try:
+        if state == "listed":
+            deadline = time.time() + p["timeout"]
+            while True:  # a router that was just (re)started answers after a moment
+                try:
+                    current = listed(base)
+                    break
+                except (URLError, OSError, ValueError):
+                    if time.time() >= deadline:
+                        raise
+                    time.sleep(0.5)
+            current = wait(base, lambda c: all(u in c and c[u]["healthy"] for u in wanted),
+                           max(1, int(deadline - time.time())), "list every worker as healthy")
+        else:
+            current = listed(base)
+            if state == "absent":
+                out["removed"] = [u for u in wanted if u in current]
+                if out["removed"] and not module.check_mode:
+                    for url in out["removed"]:
+                        key = current[url]["id"] if p["remove_by"] == "id" else url
+                        status, text = call(base, "DELETE", "/workers/" + quote(key, safe=""))
+                        if status not in (200, 202, 204):
+                            raise RouterError("DELETE /workers/%s answered %d: %s" % (key, status, text[:300]))
+                    current = wait(base, lambda c: not any(u in c for u in wanted), p["timeout"],
+                                   "drop %s" % ", ".join(out["removed"]))
+            else:
+                out["added"] = [u for u in wanted if u not in current]
+                if not module.check_mode:
+                    for url in out["added"]:
+                        status, text = call(base, "POST", "/workers", {"url": url})
+                        if status not in (200, 201, 202):
+                            raise RouterError("POST /workers %s answered %d: %s" % (url, status, text[:300]))
+                    current = wait(base, lambda c: all(u in c and c[u]["healthy"] for u in wanted), p["timeout"],
+                                   "list %s as healthy" % ", ".join(wanted))
+        out["changed"] = bool(out["added"] or out["removed"])
+        out["workers"] = [{"url": u, "healthy": w["healthy"]} for u, w in sorted(current.items())]
+    except (URLError, OSError) as error:
+        if p["router_down"] == "skip" and state != "listed":
+            out["router_down"] = True
+            module.exit_json(msg="the gateway's router at %s does not answer (%s): nothing to change" % (base, error),
+                             **out)
+        module.fail_json(msg="the gateway's router at %s does not answer: %s" % (base, error), **out)
+    except (RouterError, ValueError, KeyError) as error:
+        module.fail_json(msg="the gateway's router at %s: %s" % (base, error), **out)
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()
