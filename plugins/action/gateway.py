@@ -20,7 +20,8 @@ from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import D
 # The gateway's settings: kimi_gateway's role variables (their defaults in its defaults/main.yml).
 SETTINGS = {"router": "kimi_gateway_router", "policy": "kimi_gateway_policy", "port": "kimi_gateway_port",
             "metrics_port": "kimi_gateway_metrics_port", "https_port": "kimi_gateway_https_port",
-            "extra_args": "kimi_gateway_router_extra_args", "retry": "kimi_gateway_retry"}
+            "extra_args": "kimi_gateway_router_extra_args", "retry": "kimi_gateway_retry",
+            "health_interval": "kimi_gateway_health_interval", "health_failures": "kimi_gateway_health_failures"}
 
 
 class ActionModule(ActionBase):

@@ -32,6 +32,11 @@ options:
     description: Replicas per batch - a count, or a percentage of the replicas (rounded down, at least 1).
     type: raw
     default: 100%
+  canary:
+    description:
+      - C(kimi_canary) - the first batch is the canary, this many replicas (a count, or a percentage rounded up),
+        leaving at least one replica outside it; then C(serial) at a time. Unset - no canary.
+    type: raw
 """
 
 EXAMPLES = r"""
@@ -52,6 +57,8 @@ _value:
 import re
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.kimi.deploy.plugins.module_utils._model.canary import canary_count
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError
 
 
 def replicas_in_order(hosts, hostvars):
@@ -90,10 +97,18 @@ def replica_count(serial, total):
     return max(1, count)
 
 
-def replica_batches(hosts, hostvars, serial="100%"):
+def replica_batches(hosts, hostvars, serial="100%", canary=None):
     replicas = replicas_in_order(list(hosts), hostvars)
     size = replica_count(serial, len(replicas))
-    return [[host for replica in replicas[at:at + size] for host in replica] for at in range(0, len(replicas), size)]
+    first = 0
+    if canary not in (None, ""):
+        try:
+            first = canary_count(canary, len(replicas))
+        except DeploymentError as refused:
+            raise AnsibleFilterError("kimi.deploy: %s" % refused)
+    batches = [replicas[:first]] if first else []
+    batches += [replicas[at:at + size] for at in range(first, len(replicas), size)]
+    return [[host for replica in batch for host in replica] for batch in batches]
 
 
 class FilterModule(object):

@@ -29,10 +29,13 @@ options:
     type: str
     required: true
   remove_by:
-    description: What the router's C(DELETE /workers/...) takes - its worker C(id) (sglang-router) or the C(url).
+    description:
+      - What the router's C(DELETE /workers/...) takes - its worker C(id) (sglang-router) or the C(url) (vllm-router).
+      - V(auto) reads it off the router that runs - its worker list has ids or not - so a switch that also changes the
+        fleet's router (SGLang to vLLM) talks to the one still running.
     type: str
-    choices: [id, url]
-    required: true
+    choices: [auto, id, url]
+    default: auto
   workers:
     description: The worker URLs, e.g. C(http://10.0.1.11:30000).
     type: list
@@ -60,7 +63,6 @@ EXAMPLES = r"""
 - name: Take this host's engine out of every gateway before draining it
   kimi.deploy.gateway_workers:
     router_url: http://127.0.0.1:30090
-    remove_by: id
     workers: [http://10.0.1.11:30000]
     state: absent
     router_down: skip
@@ -138,7 +140,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             router_url=dict(type="str", required=True),
-            remove_by=dict(type="str", required=True, choices=["id", "url"]),
+            remove_by=dict(type="str", default="auto", choices=["auto", "id", "url"]),
             workers=dict(type="list", elements="str", required=True),
             state=dict(type="str", default="present", choices=["absent", "present", "listed"]),
             timeout=dict(type="int", default=60),
@@ -167,8 +169,11 @@ def main():
             if state == "absent":
                 out["removed"] = [u for u in wanted if u in current]
                 if out["removed"] and not module.check_mode:
+                    by = p["remove_by"]
+                    if by == "auto":
+                        by = "id" if all(current[u]["id"] for u in out["removed"]) else "url"
                     for url in out["removed"]:
-                        key = current[url]["id"] if p["remove_by"] == "id" else url
+                        key = current[url]["id"] if by == "id" else url
                         status, text = call(base, "DELETE", "/workers/" + quote(key, safe=""))
                         if status not in (200, 202, 204):
                             raise RouterError("DELETE /workers/%s answered %d: %s" % (key, status, text[:300]))

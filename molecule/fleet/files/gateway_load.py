@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """A bounded client load through the fleet gateway, for molecule/fleet's verify (stdlib only; it runs on the gateway
-host). N threads each send a short chat request, wait a moment and send the next, until the stop file appears or the
+host). N threads each send a short chat request, wait PAUSE seconds and send the next, until the stop file appears or the
 time runs out; then one JSON document on stdout: every request's start time, latency, HTTP status (0: no answer) and
 which engine answered (the engine doubles name themselves in the content). Each prompt starts with its own random text, so a cache-aware
 router has no shared prefix to follow and spreads them. The client key comes on stdin.
 
-    python3 gateway_load.py URL STOP_FILE [THREADS] [MAX_SECONDS] < key
+    python3 gateway_load.py URL STOP_FILE [THREADS] [MAX_SECONDS] [PAUSE_SECONDS] < key
 """
 import json
 import os
@@ -22,6 +22,7 @@ def main():
     url, stop_file = sys.argv[1], sys.argv[2]
     threads = int(sys.argv[3]) if len(sys.argv) > 3 else 4
     max_seconds = float(sys.argv[4]) if len(sys.argv) > 4 else 600
+    pause = float(sys.argv[5]) if len(sys.argv) > 5 else 0.05
     key = sys.stdin.read().strip()
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # Caddy's internal CA; TLS is not under test
@@ -50,7 +51,7 @@ def main():
             with lock:
                 records.append({"at": started, "seconds": time.time() - started, "status": status, "engine": engine,
                                 "error": error})
-            time.sleep(0.05)
+            time.sleep(pause)
 
     pool = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
     for thread in pool:

@@ -57,6 +57,9 @@ ROUTERS = {
         "health_path": "/health",
         "serves": ("sglang", "vllm", "trtllm", "sglang-ascend", "vllm-ascend"),
         "workers_api": {"list": "/workers", "add": "/workers", "remove_by": "id"},
+        # each worker's request outcomes as its circuit breaker counts them ({worker, outcome="success"|"failure"}),
+        # read from the released package's /metrics; a failure counts before the router retries elsewhere
+        "worker_outcomes": "smg_worker_cb_outcomes_total",
     },
     "vllm-router": {
         "title": "vllm-router",
@@ -70,6 +73,7 @@ ROUTERS = {
         "health_path": "/health",
         "serves": ("vllm", "vllm-ascend"),
         "workers_api": {"list": "/workers", "add": "/workers", "remove_by": "url"},
+        "worker_outcomes": "vllm_router_cb_outcomes_total",
     },
     "trtllm-disaggregated": {
         "title": "trtllm-serve disaggregated",

@@ -47,8 +47,13 @@ SPECULATIVE_ARGS = (
     Arg("--speculative-num-draft-tokens", "speculative_draft_tokens", spec_draft_tokens, when=spec_draft_tokens),
 )
 
+# Its serving series (observability/metrics_collector.py, with --enable-metrics): requests, TTFT, inter-token latency.
+SERVING_METRICS = {"requests": "sglang:num_requests_total", "ttft": "sglang:time_to_first_token_seconds",
+                   "itl": "sglang:inter_token_latency_seconds"}
+
 ENGINE = {
     "name": "sglang",
+    "serving_metrics": SERVING_METRICS,
     "title": "SGLang",
     "entrypoint": ("python3", "-m", "sglang.launch_server"),
     "image_entrypoint": False,  # lmsysorg/sglang has no entry point: argv starts with the module

@@ -22,9 +22,11 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engines.sglang import
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.sglang import SPECULATIVE_ARGS
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.sglang_0_5_13_post1 import OPTIONS as V0_5_13_POST1
 from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import spec_draft_quantization
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.sglang import SERVING_METRICS
 
 ENGINE = {
     "name": "sglang",
+    "serving_metrics": SERVING_METRICS,  # its engine's own server: the same series
     "key": "sglang-ascend",
     "platform": "ascend",
     "title": "SGLang-Ascend",

@@ -92,8 +92,13 @@ VERSION_1_3_0RC17 = {
     ),
 }
 
+# Its serving series (tensorrt_llm/metrics/collector.py, at /prometheus/metrics): requests, TTFT, time per output token.
+SERVING_METRICS = {"requests": "trtllm_request_success_total", "ttft": "trtllm_time_to_first_token_seconds",
+                   "itl": "trtllm_time_per_output_token_seconds"}
+
 ENGINE = {
     "name": "trtllm",
+    "serving_metrics": SERVING_METRICS,
     "title": "TensorRT-LLM",
     "entrypoint": ("trtllm-serve",),
     "image_entrypoint": False,  # the NGC image's entry point only sets up the environment: the command is ours

@@ -41,8 +41,13 @@ SPECULATIVE = {
                 "accepted": "vllm:spec_decode_num_accepted_tokens_total"},
 }
 
+# Its serving series (v1/metrics/loggers.py): finished requests, TTFT and inter-token latency (what a canary compares).
+SERVING_METRICS = {"requests": "vllm:request_success_total", "ttft": "vllm:time_to_first_token_seconds",
+                   "itl": "vllm:inter_token_latency_seconds"}
+
 ENGINE = {
     "name": "vllm",
+    "serving_metrics": SERVING_METRICS,
     "title": "vLLM",
     "entrypoint": ("vllm", "serve"),
     "image_entrypoint": True,  # vllm/vllm-openai's entry point is `vllm serve`

@@ -23,9 +23,11 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.vllm import SPECULATIVE as VLLM_SPECULATIVE
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.vllm_0_20_2 import OPTIONS as VLLM_0_20_2
 from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import spec_config, speculative
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.vllm import SERVING_METRICS
 
 ENGINE = {
     "name": "vllm",
+    "serving_metrics": SERVING_METRICS,  # its engine's own server: the same series
     "key": "vllm-ascend",
     "platform": "ascend",
     "title": "vLLM-Ascend",

@@ -561,6 +561,8 @@ def _deployment(r):
         "local_url": "http://%s:%d" % ("127.0.0.1" if host in WILDCARD_HOSTS else host, port),
         # The engine's Prometheus text, under local_url.
         "metrics_path": spec.get("metrics_path", "/metrics"),
+        # Its finished-request counter and TTFT/ITL histograms (the engine data's): what a canary compares.
+        "serving_metrics": spec["serving_metrics"],
         "served_model_name": r["name"],
         "context_length": r["ctx"],
         "mem_fraction": r["mem"],

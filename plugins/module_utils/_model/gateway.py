@@ -18,6 +18,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import ENGINES
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.routers import ROUTERS, checked_argv
 from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError, check_int, check_text, fail, is_unset
 from ansible_collections.kimi.deploy.plugins.module_utils._model.metrics_routes import routes
@@ -31,7 +32,9 @@ DURATION_RE = re.compile(r"[0-9]+(ms|s|m)")
 # The options the collection passes a gateway router, and the variable that owns each (kimi_gateway_router_extra_args
 # may not set them).
 OWNERS = {"--port": "kimi_gateway_port", "--prometheus-port": "kimi_gateway_metrics_port", "--host": None,
-          "--prometheus-host": None, "--policy": "kimi_gateway_policy"}
+          "--prometheus-host": None, "--policy": "kimi_gateway_policy",
+          "--health-check-interval-secs": "kimi_gateway_health_interval",
+          "--health-failure-threshold": "kimi_gateway_health_failures"}
 WHY_POLICY = {
     "cache_aware": "cache_aware: the router keeps a radix tree of the prompts each instance has seen and sends a "
                    "request to the instance that holds the longest prefix of it (long agentic sessions reuse their "
@@ -107,10 +110,17 @@ def resolve_gateway(host, instances, settings, warnings=None):
         if address in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"):
             fail("host", address, ["the host's address on the fleet's network (kimi_fleet_address)"],
                  "%s's engine must listen where the gateway %s reaches it" % (instance["host"], host))
-        workers.append({"host": instance["host"], "url": _url(address, deployment["port"]),
-                        "identity": deployment["identity"], "engine_build": deployment["engine_build"]})
+        url = _url(address, deployment["port"])
+        workers.append({"host": instance["host"], "url": url, "identity": deployment["identity"],
+                        "engine_build": deployment["engine_build"], "metrics_url": url + deployment["metrics_path"],
+                        "serving_metrics": deployment["serving_metrics"]})
+    # The routers' own health checks take a dead instance out (their default: a check a minute, out after three
+    # failures - three minutes of retries against it); the circuit breaker and retries cover the moments between.
+    interval = check_int("kimi_gateway_health_interval", settings.get("health_interval"), 1, 3600)
+    failures = check_int("kimi_gateway_health_failures", settings.get("health_failures"), 1, 100)
     argv = (["--worker-urls"] + [w["url"] for w in workers] + ["--policy", policy, "--host", "127.0.0.1", "--port",
-            str(port), "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port)])
+            str(port), "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port),
+            "--health-check-interval-secs", str(interval), "--health-failure-threshold", str(failures)])
     argv = checked_argv(name, argv, settings.get("extra_args"), OWNERS, "kimi_gateways", "kimi_gateways",
                         "kimi_gateway_router_extra_args")
     retry = check_text("kimi_gateway_retry", settings.get("retry"), DURATION_RE, ["a duration, e.g. 10s"], None)
@@ -128,6 +138,12 @@ def resolve_gateway(host, instances, settings, warnings=None):
         "version": router["version"],
         "install": router["install"],
         "workers_api": router["workers_api"],
+        # the per-worker outcome counters of every gateway router: the one that runs may be the previous one mid-switch
+        "worker_outcomes": [ROUTERS[r]["worker_outcomes"] for r in GATEWAY_ROUTERS],
+        # every engine's serving series: an instance in the middle of a switch may still run another engine than its
+        # worker entry says, so a reader picks the set whose request counter its text has
+        "engine_metrics": [dict(m) for m in sorted(set(tuple(sorted(e["serving_metrics"].items()))
+                                                       for e in ENGINES.values()))],
         "why": why,
         "policy": policy,
         "policy_why": WHY_POLICY.get(policy, policy),

@@ -15,9 +15,9 @@ import shlex
 from ansible_collections.kimi.deploy.plugins.module_utils._model.platforms import traits
 
 # The site stages in order, each with the tag that selects it (site.yml).
-STAGES = ("preflight", "host", "weights", "image", "serve", "metrics", "proxy", "bench")
+STAGES = ("preflight", "host", "weights", "image", "serve", "metrics", "proxy", "bench", "canary")
 # Stages that are off unless asked for (kimi_metrics false, no kimi_bench_min_ratio): left out of the line then.
-OPTIONAL_STAGES = ("metrics", "bench")
+OPTIONAL_STAGES = ("metrics", "bench", "canary")
 
 
 def shell_line(argv):

@@ -196,6 +196,27 @@ INPUTS = (
     Input('kimi_fleet_plan', 'raw', doc=(
         'plan.yml only - preview a fleet of this many hosts behind a gateway (C(make plan FLEET=2)).',
     )),
+    Input('kimi_canary', 'raw', doc=(
+        'A canary switch - the first batch of a rolling switch is this many replicas (C(1)) or this share of them '
+        '(C(10%), rounded up), leaving at least one outside it. After it is verified and back in the fleet gateway '
+        "(kimi_gateways), the switch stops and compares it with the rest on the gateway's traffic (its share is its "
+        "replicas' share of the instances) - error rate, TTFT and ITL - then promotes it (the switch goes on, one "
+        'replica at a time unless C(kimi_fleet_serial) says otherwise) or rolls it back and stops, naming the figure '
+        'that decided. Meanwhile two identities serve the same model name.',
+    )),
+    Input('kimi_canary_requests', 'int', default=200, doc=(
+        "Finished requests on the canary's instances that end the comparison (or C(kimi_canary_minutes)).",
+    )),
+    Input('kimi_canary_minutes', 'float', default=10.0, doc=(
+        'The longest the comparison waits for C(kimi_canary_requests); a canary no request reached is rolled back.',
+    )),
+    Input('kimi_canary_max_error_rate', 'float', default=1.0, doc=(
+        "How many percentage points the canary's error rate (the gateway router's failed attempts, before its "
+        "retries) may exceed the rest's.",
+    )),
+    Input('kimi_canary_max_latency_ratio', 'float', default=1.5, doc=(
+        "How many times the rest's TTFT and ITL p50 the canary's may be (a difference under 50 ms never counts).",
+    )),
     Input('kimi_pd', 'str', field='pd_members', doc=(
         'Name of the prefill/decode disaggregated deployment this host belongs to. The kimi_servers hosts with '
         "the same name serve one endpoint together, each in its C(kimi_pd_role), behind the engine's own router "

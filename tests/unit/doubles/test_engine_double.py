@@ -419,6 +419,18 @@ def test_broken_tools_switch(start, engine):
     assert "get_weather" in choice["message"]["content"]
 
 
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_error_rate_switch_fails_that_share_of_requests_evenly(start, engine):
+    double = start(engine, env={"KIMI_DOUBLE_ERROR_RATE": "0.25"})
+    codes = [double.post(chat("n %d" % i))[0] for i in range(8)]
+    assert codes == [200, 200, 200, 500, 200, 200, 200, 500]
+    status, body = double.post(chat("again"))
+    assert status == 200 and double.get("/health")[0] == 200
+    bad = start(engine, env={"KIMI_DOUBLE_ERROR_RATE": "2"}, wait_ready=False)
+    bad.thread.join(10)
+    assert bad.code == 1 and "bad KIMI_DOUBLE_ERROR_RATE='2'" in bad.err.getvalue()
+
+
 @pytest.mark.parametrize("engine,rgb,name", [("sglang", (255, 0, 0), "red"), ("vllm", (255, 0, 0), "red"),
                                              ("vllm", (0, 0, 255), "blue")])
 def test_vision_names_dominant_colour(start, engine, rgb, name):

@@ -66,6 +66,7 @@ class EngineDouble:
         self.loaded = None
         self.lock = threading.Lock()
         self.counters = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "running": 0, "finished": {}}
+        self.chats = 0  # chat requests received, for KIMI_DOUBLE_ERROR_RATE
         # what /metrics observed of the requests served: TTFT, inter-token latency (TRT-LLM: per-request TPOT), e2e
         self.latency = {kind: metrics.Histogram(buckets) for kind, buckets in metrics.LATENCY_BUCKETS[engine].items()}
         self.rendezvous = None  # a replica over several hosts (--nnodes > 1)
@@ -96,7 +97,8 @@ class EngineDouble:
         crash = self.env.get("KIMI_DOUBLE_CRASH", "")
         if crash and crash != "startup" and not (crash.startswith("after:") and _is_number(crash[6:])):
             problems.append("engine double: bad KIMI_DOUBLE_CRASH=%r (use startup or after:<seconds>)" % crash)
-        for name, kind in (("KIMI_DOUBLE_KV_USAGE", "usage"), ("KIMI_DOUBLE_QUEUE", "queue")):
+        for name, kind in (("KIMI_DOUBLE_KV_USAGE", "usage"), ("KIMI_DOUBLE_QUEUE", "queue"),
+                           ("KIMI_DOUBLE_ERROR_RATE", "usage")):
             if metrics.knob(self.env, name, kind) is None:
                 problems.append("engine double: bad %s=%r (use %s)" % (
                     name, self.env.get(name), "a number from 0 to 1" if kind == "usage" else "a whole number >= 0"))
@@ -415,6 +417,14 @@ class EngineDouble:
             return code, {"error": {"message": message, "type": etype, "param": param, "code": code}}
         return code, {"object": "error", "message": message, "type": etype, "param": param, "code": code}
 
+    def fails_now(self):
+        """KIMI_DOUBLE_ERROR_RATE=<f>: every request whose running share of failures falls behind f fails (0.25: the
+        4th, 8th, ...), as an engine whose request handler raises answers 500; deterministic, so tests count them."""
+        rate = metrics.knob(self.env, "KIMI_DOUBLE_ERROR_RATE", "usage") or 0.0
+        with self.lock:
+            self.chats += 1
+            return int(self.chats * rate) > int((self.chats - 1) * rate)
+
     def chat(self, req):
         """Return (status, body) for non-streaming, or (200, plan) where plan drives streaming too."""
         if not isinstance(req, dict) or not isinstance(req.get("messages"), list) or not req["messages"]:
@@ -638,6 +648,9 @@ class _Handler(BaseHTTPRequestHandler):
         with e.lock:
             e.counters["running"] += 1
         try:
+            if e.fails_now():
+                return self._send(*e.error(500, "EngineCore encountered an issue (KIMI_DOUBLE_ERROR_RATE)",
+                                           "InternalServerError"))
             pd = e.disagg.begin(req, self.headers) if e.disagg else None  # a prefill/decode's part of the request
             if pd and pd.error:
                 return self._send(*pd.error)

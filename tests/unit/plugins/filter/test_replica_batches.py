@@ -52,3 +52,27 @@ def test_a_disaggregated_deployment_is_one_unit_of_a_rolling_switch():
     assert replica_batches(["p1", "d1", "d2", "solo"], hostvars, 1) == [pd, ["solo"]]
     with pytest.raises(AnsibleFilterError, match=r"d2 belong\(s\) to the replica of p1"):
         replica_batches(["p1", "d1", "solo"], hostvars, 1)
+
+
+@pytest.mark.parametrize("canary, serial, batches", [
+    (1, 1, [["a1", "a2"], ["solo-1"], ["b1", "b2", "b3"], ["solo-2"]]),
+    ("2", "100%", [["a1", "a2", "solo-1"], ["b1", "b2", "b3", "solo-2"]]),
+    ("10%", 2, [["a1", "a2"], ["solo-1", "b1", "b2", "b3"], ["solo-2"]]),  # rounded up: at least one replica
+    ("50%", 1, [["a1", "a2", "solo-1"], ["b1", "b2", "b3"], ["solo-2"]]),
+])
+def test_a_canary_is_the_first_batch_then_serial_at_a_time(canary, serial, batches):
+    assert replica_batches(HOSTS, HOSTVARS, serial, canary=canary) == batches
+
+
+@pytest.mark.parametrize("canary, why", [
+    (0, "kimi_canary=0 is not allowed"), ("0%", "kimi_canary='0%' is not allowed"),
+    ("100%", "kimi_canary='100%' is not allowed"), ("150%", "kimi_canary='150%' is not allowed"),
+    (4, "kimi_canary=4 is not allowed: the canary would take every replica, leaving none to compare it with"),
+    ("99%", "kimi_canary=.99%. is not allowed: the canary would take every replica"), ("one", "kimi_canary='one' is not allowed"),
+    (True, "kimi_canary=True is not allowed"),
+])
+def test_a_canary_of_nothing_or_of_everything_is_refused_naming_the_variable(canary, why):
+    with pytest.raises(AnsibleFilterError, match="kimi.deploy: " + why.replace("(", "[(]").replace(")", "[)]")) as e:
+        replica_batches(HOSTS, HOSTVARS, 1, canary=canary)
+    assert "Allowed values: a count of replicas (1, 2, ...) or a percentage of them (10%) that leaves at least one " \
+           "replica outside the canary, of the 4 here" in str(e.value)

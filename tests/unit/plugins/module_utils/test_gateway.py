@@ -16,7 +16,7 @@ from test_site import SHA, getter, site_inputs
 from test_deployment import B200x8 as B200, H200x8 as H200
 # kimi_gateway's defaults (roles/kimi_gateway/defaults/main.yml; the action reads them from there)
 SETTINGS = {"router": None, "policy": "cache_aware", "port": 30090, "metrics_port": 29010, "https_port": 8443,
-            "extra_args": [], "retry": "10s"}
+            "extra_args": [], "retry": "10s", "health_interval": 5, "health_failures": 2}
 
 
 def fleet(hostvars, gpus=H200, gateways=("gw",)):
@@ -67,7 +67,8 @@ def test_a_fleet_of_one_engine_gets_its_own_router_cache_aware(engine, router):
     assert gateway["policy"] == "cache_aware" and "longest prefix" in gateway["policy_why"]
     assert gateway["command"] == list(ROUTERS[router]["entrypoint"]) + [
         "--worker-urls", "http://10.0.1.11:30000", "http://10.0.1.12:30000", "--policy", "cache_aware",
-        "--host", "127.0.0.1", "--port", "30090", "--prometheus-host", "127.0.0.1", "--prometheus-port", "29010"]
+        "--host", "127.0.0.1", "--port", "30090", "--prometheus-host", "127.0.0.1", "--prometheus-port", "29010",
+        "--health-check-interval-secs", "5", "--health-failure-threshold", "2"]
     assert gateway["workers_api"]["remove_by"] == ("id" if router == "sglang-router" else "url")
     assert gateway["site"]["upstream"] == "127.0.0.1:30090" and gateway["site"]["https_port"] == 8443
     assert [r["path"] for r in gateway["site"]["metrics_routes"]] == ["/metrics/caddy", "/metrics/gateway"]
