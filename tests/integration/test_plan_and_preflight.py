@@ -546,3 +546,51 @@ def test_no_plan_or_preflight_output_carries_a_secret_value(tmp_path):
     assert rc != 0 and "127.0.0.1:9" in site, site[-3000:]
     for value in secret_values():
         assert value not in plan and value not in site, value
+
+
+def gateway_inventory(tmp_path, servers, gateway_vars=""):
+    """group_inventory's servers (H200 x 8 each, sglang) and a host `gw` in kimi_gateways that serves nothing."""
+    inventory = group_inventory(tmp_path, [(name, "h200-x8", dict({"ansible_host": "10.0.1.%d" % (11 + i)}, **extra))
+                                           for i, (name, extra) in enumerate(servers)])
+    inventory.write_text(inventory.read_text().replace(
+        "all:\n  children:\n", "all:\n  children:\n    kimi_gateways:\n      hosts:\n        gw: {ansible_connection: "
+        "local%s}\n" % gateway_vars))
+    return inventory
+
+
+def test_plan_prints_the_fleet_gateway_and_refuses_a_router_that_cannot_serve_the_fleet(tmp_path):
+    """make plan FLEET=2 previews two hosts behind a gateway; plan.yml on an inventory with kimi_gateways resolves the
+    gateway from every serving host's own variables; a router that does not serve the fleet's engine is refused, naming
+    the variable and the router that does."""
+    proc = subprocess.run(["make", "--no-print-directory", "plan", "GPUS=h200-x8", "FLEET=2", "ENGINE=sglang",
+                           "QUANT=int4"], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    flat = " ".join(proc.stdout.split())
+    assert proc.returncode == 0, flat[-3000:]
+    assert "router: sglang-router, the sglang fleet's own router" in flat
+    assert "worker: http://10.0.1.11:30000 (fleet-1, int4-sglang)" in flat and "http://10.0.1.12:30000" in flat
+    assert ("gateway command: python3 -m sglang_router.launch_router --worker-urls http://10.0.1.11:30000 "
+            "http://10.0.1.12:30000 --policy cache_aware --host 127.0.0.1 --port 30090") in flat
+    inventory = gateway_inventory(tmp_path, [("gpu1", {}), ("gpu2", {})])
+    rc, out = playbook("-i", str(inventory), "playbooks/plan.yml", "-e", "quant=int4", "-e", "engine=sglang")
+    assert rc == 0, out[-3000:]
+    flat = re.sub(r"\s+", " ", out)
+    assert "worker: http://10.0.1.12:30000 (gpu2, int4-sglang)" in flat and "must stay private" in flat
+    assert "served model name: kimi-k2.6 on 10.0.1.11:30000" in flat  # the engine listens on the fleet's network
+    rc, out = playbook("-i", str(inventory), "playbooks/plan.yml", "-e", "quant=int4", "-e", "engine=sglang",
+                       "-e", "kimi_gateway_router=vllm-router")
+    assert rc != 0
+    assert ("kimi.deploy: kimi_gateway_router='vllm-router' is not allowed: vllm-router does not serve sglang (gpu1: "
+            "int4-sglang, gpu2: int4-sglang). Allowed values: sglang-router") in re.sub(r"\s+", " ", out), out[-3000:]
+
+
+@pytest.mark.parametrize("canary, refusal", [
+    ("1", "kimi_canary=1 is not allowed: a canary is compared with the rest of the fleet on the traffic of the fleet "
+          "gateway, and the inventory has no host in kimi_gateways"),
+    ("0", "kimi_canary='0' is not allowed. Allowed values: a count of replicas (1, 2, ...) or a percentage of them"),
+])
+def test_site_refuses_a_canary_without_a_gateway_or_of_no_replica(tmp_path, canary, refusal):
+    inventory = replica_inventory(tmp_path, [("gpu1", {}), ("gpu2", {})])
+    rc, out = site_on_h100s(inventory, "-e", "kimi_canary=" + canary, "-e", "kimi_allow_unfit=true")
+    assert rc != 0
+    assert refusal in re.sub(r"\s+", " ", out), out[-3000:]
+    assert_nothing_changed(out, "gpu1", "gpu2")
