@@ -16,8 +16,8 @@ description:
     every instance's own Prometheus text (its finished-request counter and TTFT and ITL histograms, named by its
     engine's data) and the gateway router's per-worker outcomes, then waits until the canary's instances have finished
     O(requests) requests or O(minutes) have passed, reads them again and compares the two groups between the reads.
-  - The canary is rolled back (RV(promote) false, RV(reason) names the figure) when no request reached it, when its
-    error rate is more than O(max_error_rate) percentage points above the rest's, or when its TTFT or ITL p50 is
+  - The canary is rolled back (RV(promote) false, RV(reason) names the figure) when fewer than O(requests) reached it
+    in O(minutes) (too little traffic to judge it - the router's policy decides its share), when its error rate is more than O(max_error_rate) percentage points above the rest's, or when its TTFT or ITL p50 is
     more than O(max_latency_ratio) times the rest's and more than O(latency_floor_ms) above it.
   - Changes nothing; in check mode it reads once and promotes.
 version_added: 0.3.0
@@ -173,7 +173,7 @@ def main():
         promote, reason = True, "check mode: nothing was switched"
     else:
         promote, reason = _canary.decide(canary, rest, p["max_error_rate"], p["max_latency_ratio"],
-                                         p["latency_floor_ms"])
+                                         p["latency_floor_ms"], p["requests"], p["minutes"])
     module.exit_json(changed=False, promote=promote, reason=reason, canary=canary, rest=rest,
                      seconds=round(time.time() - started, 1))
 

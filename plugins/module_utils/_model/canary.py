@@ -77,12 +77,15 @@ def group_figures(before, after):
     return figures
 
 
-def decide(canary, rest, max_error_rate_points, max_latency_ratio, latency_floor_ms):
-    """(promote, reason): the canary is rolled back when it served nothing, when its error rate is more than
-    max_error_rate_points percentage points above the rest's, or when its TTFT or ITL p50 is more than
-    max_latency_ratio times the rest's and more than latency_floor_ms above it (a few milliseconds are noise)."""
-    if canary["requests"] <= 0 and canary["errors"] <= 0:
-        return False, "requests: no request reached the canary, so nothing says it serves well"
+def decide(canary, rest, max_error_rate_points, max_latency_ratio, latency_floor_ms, wanted=1, minutes=None):
+    """(promote, reason): the canary is rolled back when fewer than `wanted` requests reached it (too little traffic to
+    judge it; `minutes` says how long it waited), when its error rate is more than max_error_rate_points percentage
+    points above the rest's, or when its TTFT or ITL p50 is more than max_latency_ratio times the rest's and more than
+    latency_floor_ms above it (a few milliseconds are noise)."""
+    attempts = canary["requests"] + canary["errors"]
+    if attempts < max(1, wanted):
+        return False, ("requests: %d of the %d asked (kimi_canary_requests) reached the canary%s - too little "
+                       "traffic to judge it" % (attempts, wanted, " in %s minutes" % minutes if minutes else ""))
     points = 100.0 * (canary["error_rate"] - rest["error_rate"])
     if points > max_error_rate_points:
         return False, ("error rate: %.1f%% on the canary against %.1f%% on the rest (%d of %d attempts failed), more "

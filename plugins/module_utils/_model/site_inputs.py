@@ -208,7 +208,9 @@ INPUTS = (
         "Finished requests on the canary's instances that end the comparison (or C(kimi_canary_minutes)).",
     )),
     Input('kimi_canary_minutes', 'float', default=10.0, doc=(
-        'The longest the comparison waits for C(kimi_canary_requests); a canary no request reached is rolled back.',
+        'The longest the comparison waits for C(kimi_canary_requests); a canary that fewer reached is rolled back '
+        "(too little traffic to judge it: the gateway policy decides its share, and C(cache_aware) keeps a prefix on "
+        'the instance that holds it until the load is uneven).',
     )),
     Input('kimi_canary_max_error_rate', 'float', default=1.0, doc=(
         "How many percentage points the canary's error rate (the gateway router's failed attempts, before its "

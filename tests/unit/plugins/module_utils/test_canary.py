@@ -91,9 +91,11 @@ def test_the_decision_names_the_figure():
     assert not promote and reason.startswith("TTFT p50: 900 ms on the canary against 300 ms on the rest, more than 1.5x")
     # a few milliseconds are noise, however large the ratio
     assert _canary.decide(dict(good, itl_p50_ms=9), dict(good, itl_p50_ms=3), 1.0, 1.5, 50)[0]
-    idle = dict(good, requests=0, answered=0)
-    promote, reason = _canary.decide(idle, good, 1.0, 1.5, 50)
-    assert not promote and reason.startswith("requests: no request reached the canary")
+    idle = dict(good, requests=3, answered=3)
+    promote, reason = _canary.decide(idle, good, 1.0, 1.5, 50, wanted=200, minutes=10.0)
+    assert not promote and reason == ("requests: 3 of the 200 asked (kimi_canary_requests) reached the canary in 10.0 "
+                                      "minutes - too little traffic to judge it")
+    assert _canary.decide(good, good, 1.0, 1.5, 50, wanted=100)[0]
 
 
 def test_the_module_defaults_are_the_site_inputs():
