@@ -17,8 +17,9 @@ description:
     engine's data) and the gateway router's per-worker outcomes, then waits until the canary's instances have finished
     O(requests) requests or O(minutes) have passed, reads them again and compares the two groups between the reads.
   - The canary is rolled back (RV(promote) false, RV(reason) names the figure) when fewer than O(requests) reached it
-    in O(minutes) (too little traffic to judge it - the router's policy decides its share), when its error rate is more than O(max_error_rate) percentage points above the rest's, or when its TTFT or ITL p50 is
-    more than O(max_latency_ratio) times the rest's and more than O(latency_floor_ms) above it.
+    in O(minutes) (too little traffic to judge it - the router's policy decides its share), when its error rate is
+    more than O(max_error_rate) percentage points above the rest's, or when its TTFT or ITL p50 is more than
+    O(max_latency_ratio) times the rest's and more than O(latency_floor_ms) above it.
   - Changes nothing; in check mode it reads once and promotes.
 version_added: 0.3.0
 author: kimi.deploy maintainers (@kimi-deploy)
@@ -109,14 +110,19 @@ seconds:
 
 import time
 
+from urllib.request import ProxyHandler, build_opener
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.six.moves.urllib.request import urlopen
 from ansible_collections.kimi.deploy.plugins.module_utils import _prometheus as prom
 from ansible_collections.kimi.deploy.plugins.module_utils._model import canary as _canary
 
 
+# The router on loopback and the engines on the fleet's network: never through a proxy from the environment.
+OPENER = build_opener(ProxyHandler({}))
+
+
 def fetch(url):
-    with urlopen(url, timeout=10) as response:
+    with OPENER.open(url, timeout=10) as response:
         return response.read().decode("utf-8", "replace")
 
 

@@ -19,7 +19,7 @@ description:
     an instance, so the gateway sends it nothing new.
   - V(present) - each worker not listed is added, and the module waits until the router lists every one as healthy
     (after the instance passed verify).
-  - V(listed) - adds nothing: waits until the router answers and lists every worker as healthy (after a start).
+  - V(listed) - adds nothing; waits until the router answers and lists every worker as healthy (after a start).
   - Changed when a worker was added or removed. In check mode it says what it would do and changes nothing.
 version_added: 0.1.0
 author: kimi.deploy maintainers (@kimi-deploy)
@@ -93,10 +93,14 @@ router_down:
 import json
 import time
 
+from urllib.error import HTTPError, URLError
+from urllib.parse import quote
+from urllib.request import ProxyHandler, Request, build_opener
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
-from ansible.module_utils.six.moves.urllib.parse import quote
-from ansible.module_utils.six.moves.urllib.request import Request, urlopen
+
+# The router is on this host's loopback: never through a proxy from the environment.
+OPENER = build_opener(ProxyHandler({}))
 
 
 class RouterError(Exception):
@@ -107,7 +111,7 @@ def call(base, method, path, body=None):
     data = None if body is None else json.dumps(body).encode()
     request = Request(base.rstrip("/") + path, data=data, method=method, headers={"Content-Type": "application/json"})
     try:
-        with urlopen(request, timeout=10) as response:
+        with OPENER.open(request, timeout=10) as response:
             text = response.read().decode("utf-8", "replace")
             return response.status, text
     except HTTPError as error:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A bounded client load through the fleet gateway, for molecule/fleet's verify (stdlib only; it runs on the gateway
 host). N threads each send a short chat request, wait PAUSE seconds and send the next, until the stop file appears or the
 time runs out; then one JSON document on stdout: every request's start time, latency, HTTP status (0: no answer) and
