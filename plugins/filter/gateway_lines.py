@@ -12,7 +12,7 @@ short_description: The fleet gateway as lines for people (router, policy and why
 version_added: 0.2.0
 author: kimi.deploy contributors
 description:
-  - Formats the C(kimi_gateway) fact that the P(kimi.deploy.gateway#action) action sets on a host of kimi_gateways;
+  - Formats the C(kimi_gateway) fact that the M(kimi.deploy.gateway) action sets on a host of kimi_gateways;
     site.yml's preflight and playbooks/plan.yml (C(make plan FLEET=2)) print it.
 options:
   _input:
