@@ -1,10 +1,12 @@
 """The fleet gateway's worker control (plugins/modules/gateway_workers.py) against the REAL routers in regular mode
 (sglang-router 0.3.2 and vllm-router 0.1.17 from .venv-router) in front of two engine doubles: both engines behind
 either router, an instance taken out (the router sends it nothing more) and put back, check mode, a router that does
-not answer. No Docker needed."""
+not answer; and the canary comparison (plugins/modules/canary_compare.py) on the routers' real per-worker outcomes. No
+Docker needed."""
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -106,3 +108,57 @@ def test_a_router_that_does_not_answer_is_skipped_or_fails():
     assert skipped["router_down"] and not skipped["changed"] and "does not answer" in skipped["msg"]
     failed = workers(url, "id", ["http://127.0.0.1:1"], "present")
     assert failed["failed"] and "does not answer" in failed["msg"]
+
+
+CANARY = os.path.join(REPO, "plugins", "modules", "canary_compare.py")
+
+
+@pytest.mark.parametrize("router", ["sglang-router", "vllm-router"])
+def test_canary_compare_reads_the_real_routers_outcomes_and_the_engines_series(start, tmp_path, router):
+    """A canary instance whose engine fails 1 request in 4 behind the real router (round robin, which retries the
+    failures elsewhere: clients see none) is rolled back on its error rate; a sound one is promoted."""
+    from ansible_collections.kimi.deploy.plugins.module_utils._engines.routers import ROUTERS as DATA
+    from ansible_collections.kimi.deploy.plugins.module_utils._engines.vllm import SERVING_METRICS
+    reason = router_missing("sglang" if router == "sglang-router" else "vllm")
+    if reason:
+        pytest.skip(reason)
+    doubles = [start("vllm", env={"KIMI_DOUBLE_ERROR_RATE": "0.25"}), start("vllm")]
+    port, metrics_port = free_port(), free_port()
+    argv = ROUTERS[router][0] + ["--worker-urls"] + ["http://127.0.0.1:%d" % d.double.port for d in doubles] + [
+        "--policy", "round_robin", "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
+        "--prometheus-port", str(metrics_port)]
+    proc = subprocess.Popen(argv, stdout=open(tmp_path / "router.log", "wb"), stderr=subprocess.STDOUT,
+                            cwd=str(tmp_path), env=dict(os.environ, NO_COLOR="1"))
+    try:
+        url = "http://127.0.0.1:%d" % port
+        for _attempt in range(200):
+            try:
+                if urllib.request.urlopen(url + "/health", timeout=1).status == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        workers = [{"url": "http://127.0.0.1:%d" % d.double.port, "serving_metrics": SERVING_METRICS,
+                    "metrics_url": "http://127.0.0.1:%d/metrics" % d.double.port} for d in doubles]
+        loaded = {"stop": False}
+
+        def load():
+            n = 0
+            while not loaded["stop"]:
+                n += 1
+                assert post_raw(url + "/v1/chat/completions", chat("canary %d" % n))[0] == 200  # retried: no failure
+        thread = threading.Thread(target=load, daemon=True)
+        thread.start()
+        params = {"router_metrics_url": "http://127.0.0.1:%d/metrics" % metrics_port,
+                  "worker_outcomes": [DATA[r]["worker_outcomes"] for r in ("sglang-router", "vllm-router")],
+                  "engine_metrics": [SERVING_METRICS], "requests": 12, "minutes": 0.5}
+        bad = run_module(CANARY, dict(params, canary=workers[:1], rest=workers[1:]))
+        good = run_module(CANARY, dict(params, canary=workers[1:], rest=workers[:1]))
+        loaded["stop"] = True
+        thread.join(10)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert not bad["promote"] and bad["reason"].startswith("error rate: 2") and bad["canary"]["errors"] >= 3, bad
+    assert bad["rest"]["errors"] == 0 and bad["canary"]["requests"] >= 9
+    assert good["promote"] and good["reason"].startswith("error rate 0.0% against 2"), good
