@@ -33,19 +33,20 @@ def served(double):
 
 @pytest.fixture
 def gateway(start, tmp_path):
-    """start(router, engine) -> (router URL, remove_by, [double, double])."""
+    """start(router, engine, envs) -> (router URL, remove_by, [double, double], its Prometheus port): two doubles
+    (each with its env of `envs`) behind the real router, round robin, once it answers /health."""
     routers = []
 
-    def _start(router, engine):
+    def _start(router, engine, envs=({}, {})):
         reason = router_missing("sglang" if router == "sglang-router" else "vllm")
         if reason:
             pytest.skip(reason)
-        doubles = [start(engine), start(engine)]
-        port = free_port()
+        doubles = [start(engine, env=env) for env in envs]
+        port, metrics_port = free_port(), free_port()
         argv = ROUTERS[router][0] + [
             "--worker-urls"] + ["http://127.0.0.1:%d" % d.double.port for d in doubles] + [
             "--policy", "round_robin", "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
-            "--prometheus-port", str(free_port())]
+            "--prometheus-port", str(metrics_port)]
         log = open(tmp_path / ("%s.log" % router), "wb")
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=str(tmp_path),
                                 env=dict(os.environ, NO_COLOR="1"))
@@ -59,7 +60,7 @@ def gateway(start, tmp_path):
                 pass
             assert proc.poll() is None, (tmp_path / ("%s.log" % router)).read_text(errors="replace")
             time.sleep(0.1)
-        return url, ROUTERS[router][1], doubles
+        return url, ROUTERS[router][1], doubles, metrics_port
     yield _start
     for proc in routers:
         proc.terminate()
@@ -74,7 +75,7 @@ def workers(url, remove_by, urls, state, **extra):
 @pytest.mark.parametrize("router, engine", [("sglang-router", "sglang"), ("sglang-router", "vllm"),
                                             ("vllm-router", "vllm"), ("vllm-router", "sglang")])
 def test_an_instance_taken_out_gets_nothing_and_comes_back(gateway, router, engine):
-    url, remove_by, (a, b) = gateway(router, engine)
+    url, remove_by, (a, b), _metrics_port = gateway(router, engine)
     ua, ub = ("http://127.0.0.1:%d" % d.double.port for d in (a, b))
     listed = workers(url, remove_by, [ua, ub], "listed")
     assert not listed["changed"] and sorted(w["url"] for w in listed["workers"]) == sorted([ua, ub])
@@ -114,33 +115,16 @@ CANARY = os.path.join(REPO, "plugins", "modules", "canary_compare.py")
 
 
 @pytest.mark.parametrize("router", ["sglang-router", "vllm-router"])
-def test_canary_compare_reads_the_real_routers_outcomes_and_the_engines_series(start, tmp_path, router):
+def test_canary_compare_reads_the_real_routers_outcomes_and_the_engines_series(gateway, router):
     """A canary instance whose engine fails 1 request in 4 behind the real router (round robin, which retries the
     failures elsewhere: clients see none) is rolled back on its error rate; a sound one is promoted."""
     from ansible_collections.kimi.deploy.plugins.module_utils._engines.routers import ROUTERS as DATA
     from ansible_collections.kimi.deploy.plugins.module_utils._engines.vllm import SERVING_METRICS
-    reason = router_missing("sglang" if router == "sglang-router" else "vllm")
-    if reason:
-        pytest.skip(reason)
-    doubles = [start("vllm", env={"KIMI_DOUBLE_ERROR_RATE": "0.25"}), start("vllm")]
-    port, metrics_port = free_port(), free_port()
-    argv = ROUTERS[router][0] + ["--worker-urls"] + ["http://127.0.0.1:%d" % d.double.port for d in doubles] + [
-        "--policy", "round_robin", "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
-        "--prometheus-port", str(metrics_port)]
-    proc = subprocess.Popen(argv, stdout=open(tmp_path / "router.log", "wb"), stderr=subprocess.STDOUT,
-                            cwd=str(tmp_path), env=dict(os.environ, NO_COLOR="1"))
+    url, _remove_by, doubles, metrics_port = gateway(router, "vllm", envs=({"KIMI_DOUBLE_ERROR_RATE": "0.25"}, {}))
+    loaded = {"stop": False}
     try:
-        url = "http://127.0.0.1:%d" % port
-        for _attempt in range(200):
-            try:
-                if urllib.request.urlopen(url + "/health", timeout=1).status == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
         workers = [{"url": "http://127.0.0.1:%d" % d.double.port, "serving_metrics": SERVING_METRICS,
                     "metrics_url": "http://127.0.0.1:%d/metrics" % d.double.port} for d in doubles]
-        loaded = {"stop": False}
 
         def load():
             n = 0
@@ -157,8 +141,7 @@ def test_canary_compare_reads_the_real_routers_outcomes_and_the_engines_series(s
         loaded["stop"] = True
         thread.join(10)
     finally:
-        proc.terminate()
-        proc.wait(10)
+        loaded["stop"] = True
     assert not bad["promote"] and bad["reason"].startswith("error rate: 2") and bad["canary"]["errors"] >= 3, bad
     assert bad["rest"]["errors"] == 0 and bad["canary"]["requests"] >= 9
     assert good["promote"] and good["reason"].startswith("error rate 0.0% against 2"), good
