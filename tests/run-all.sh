@@ -10,6 +10,7 @@ out=$root/build/test-results
 mkdir -p "$out"
 passed=0 failed=0 skipped=0
 : >"$out/skipped.txt"
+: >"$out/failed.txt"
 declare -a rows=()
 
 run() {  # run NAME COMMAND...: one check, timed, counted as one result
@@ -23,9 +24,10 @@ run() {  # run NAME COMMAND...: one check, timed, counted as one result
   return $rc
 }
 
-count_junit() {  # add a junit file's cases to the totals; its skipped cases, with their reasons, to $out/skipped.txt
+count_junit() {  # add a junit file's cases to the totals; its skipped and failed cases, with their reasons, to
+  # $out/skipped.txt and $out/failed.txt (printed again at the very end: CI keeps only the end of the output)
   local counts
-  counts=$(python3 - "$1" "$out/skipped.txt" <<'PY'
+  counts=$(python3 - "$1" "$out/skipped.txt" "$out/failed.txt" <<'PY'
 import sys, xml.etree.ElementTree as ET
 try:
     root = ET.parse(sys.argv[1]).getroot()
@@ -39,6 +41,11 @@ skips = [(c.get("classname", "") + "::" + c.get("name", ""), s.get("message", ""
 with open(sys.argv[2], "a") as f:
     for name, why in skips:
         f.write("%s: %s\n" % (name, " ".join(why.split())[:200]))
+with open(sys.argv[3], "a") as f:
+    for c in root.iter("testcase"):
+        for bad_case in c.findall("failure") + c.findall("error"):
+            text = " ".join((bad_case.get("message", "") or bad_case.text or "").split())
+            f.write("%s::%s: %s\n" % (c.get("classname", ""), c.get("name", ""), text[:400]))
 print(total - bad - len(skips), bad, len(skips))
 PY
 )
@@ -149,6 +156,12 @@ else
   mp=0 mf=1
 fi
 passed=$((passed + mp)); failed=$((failed + mf))
+for result in "${KIMI_TEST_CACHE:-$root/.cache/kimi-test}"/logs/result-*; do  # a failed scenario's last error line
+  s=${result##*/result-}
+  [ "$s" = e2e ] || [ ! -f "$result" ] || [ "$(cut -d' ' -f1 <"$result")" = 0 ] && continue
+  why=$(grep -E 'fatal: |FAILED|Error|assert' "${result%/*}/molecule-$s.log" 2>/dev/null | tail -n 3 | tr -s ' \n' ' ')
+  echo "molecule/$s: ${why:0:600}" >>"$out/failed.txt"
+done
 rows+=("$(printf '%-22s %6ss  %s' molecule $((SECONDS - start)) "$mp passed, $mf failed")")
 
 echo
@@ -158,6 +171,11 @@ if [ "$skipped" -gt 0 ]; then
   echo
   echo "=== skipped ($skipped), with their reasons"
   cat "$out/skipped.txt"
+fi
+if [ -s "$out/failed.txt" ]; then
+  echo
+  echo "=== failed cases, with the start of their messages (whole logs: build/test-results, .cache/kimi-test/logs)"
+  cat "$out/failed.txt"
 fi
 echo "summary: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]
