@@ -1,0 +1,84 @@
+"""kimi_gateway's usage tap (roles/kimi_gateway/files/kimi_usage_tap.py) between a client and an engine double: tokens in
+and out per client key name from plain answers and from streams (asked for with include_usage, the extra event dropped
+again when the client did not ask), probes not counted, everything passed through unchanged. No Docker needed."""
+import importlib.util
+import json
+import os
+import sys
+import urllib.request
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "doubles"))
+import test_engine_double  # noqa: E402
+from test_engine_double import chat, free_port  # noqa: E402
+
+cache, start = test_engine_double.cache, test_engine_double.start  # its fixtures
+
+SPEC = importlib.util.spec_from_file_location("kimi_usage_tap", os.path.join(ROOT, "roles", "kimi_gateway", "files",
+                                                                            "kimi_usage_tap.py"))
+tap = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(tap)
+
+
+@pytest.fixture
+def tapped(start):
+    double = start("sglang")
+    listen, metrics = "127.0.0.1:%d" % free_port(), "127.0.0.1:%d" % free_port()
+    servers = tap.serve(listen, "127.0.0.1:%d" % double.double.port, metrics)
+    yield "http://" + listen, "http://" + metrics
+    for server in servers:
+        server.shutdown()
+
+
+def post(url, body, client=None, probe=False):
+    headers = {"Content-Type": "application/json"}
+    if client:
+        headers["X-LLM-Client"] = client
+    if probe:
+        headers["X-Kimi-Probe"] = "1"
+    request = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(), headers=headers)
+    with urllib.request.urlopen(request, timeout=20) as response:
+        return response.status, response.read().decode()
+
+
+def series(metrics_url):
+    text = urllib.request.urlopen(metrics_url + "/metrics", timeout=5).read().decode()
+    return dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def test_tokens_per_client_from_plain_answers_and_streams(tapped):
+    url, metrics = tapped
+    status, text = post(url, chat("Hello there"), client="alice")
+    plain = json.loads(text)
+    assert status == 200 and plain["usage"]["prompt_tokens"] > 0
+    status, text = post(url, chat("Stream to me", stream=True), client="bob")
+    events = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+    assert status == 200 and events[-1] == "[DONE]"
+    # bob did not ask for usage: the event the tap asked for is not passed on
+    assert all(json.loads(e).get("choices") for e in events[:-1])
+    status, text = post(url, chat("Stream with usage", stream=True, stream_options={"include_usage": True}),
+                        client="bob")
+    events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ") and line[6:] != "[DONE]"]
+    streamed = events[-1]["usage"]
+    assert not events[-1]["choices"] and streamed["completion_tokens"] > 0  # bob asked: he gets it
+    post(url, chat("a probe"), client="alice", probe=True)
+    got = series(metrics)
+    assert got['kimi_usage_requests_total{client="alice",code="200"}'] == "1"  # the probe is not counted
+    assert got['kimi_usage_requests_total{client="bob",code="200"}'] == "2"
+    assert int(got['kimi_usage_prompt_tokens_total{client="alice"}']) == plain["usage"]["prompt_tokens"]
+    assert int(got['kimi_usage_completion_tokens_total{client="alice"}']) == plain["usage"]["completion_tokens"]
+    assert int(got['kimi_usage_completion_tokens_total{client="bob"}']) > streamed["completion_tokens"]  # both streams
+
+
+def test_an_error_and_a_name_that_is_not_a_key_name(tapped):
+    url, metrics = tapped
+    request = urllib.request.Request(url + "/v1/chat/completions", data=b'{"messages": []}',
+                                     headers={"Content-Type": "application/json", "X-LLM-Client": "Bad Name!"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 400
+    assert series(metrics)['kimi_usage_requests_total{client="unknown",code="400"}'] == "1"
+    # what is not an API call passes through uncounted
+    assert urllib.request.urlopen(url + "/health", timeout=5).status == 200
