@@ -21,7 +21,8 @@ from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import D
 SETTINGS = {"router": "kimi_gateway_router", "policy": "kimi_gateway_policy", "port": "kimi_gateway_port",
             "metrics_port": "kimi_gateway_metrics_port", "https_port": "kimi_gateway_https_port",
             "extra_args": "kimi_gateway_router_extra_args", "retry": "kimi_gateway_retry",
-            "health_interval": "kimi_gateway_health_interval", "health_failures": "kimi_gateway_health_failures"}
+            "health_interval": "kimi_gateway_health_interval", "health_failures": "kimi_gateway_health_failures",
+            "usage_port": "kimi_gateway_usage_port", "usage_metrics_port": "kimi_gateway_usage_metrics_port"}
 
 
 class ActionModule(ActionBase):
@@ -54,7 +55,10 @@ class ActionModule(ActionBase):
             gateway = resolve_gateway(me, instances, settings)
             uses = [(gateway["port"], SETTINGS["port"], _ports.ROLE_PORTS[SETTINGS["port"]][1]),
                     (gateway["metrics_port"], SETTINGS["metrics_port"], _ports.ROLE_PORTS[SETTINGS["metrics_port"]][1]),
-                    (gateway["https_port"], SETTINGS["https_port"], _ports.ROLE_PORTS[SETTINGS["https_port"]][1])]
+                    (gateway["https_port"], SETTINGS["https_port"], _ports.ROLE_PORTS[SETTINGS["https_port"]][1]),
+                    (gateway["usage_port"], SETTINGS["usage_port"], _ports.ROLE_PORTS[SETTINGS["usage_port"]][1]),
+                    (gateway["usage_metrics_port"], SETTINGS["usage_metrics_port"],
+                     _ports.ROLE_PORTS[SETTINGS["usage_metrics_port"]][1])]
             mine = [i["deployment"] for i in instances if i["host"] == me]
             if mine:  # a serving host that is a gateway too: its deployment's and roles' ports beside the gateway's
                 uses += [(p["port"], p["variable"], p["what"]) for p in mine[0]["ports"]]

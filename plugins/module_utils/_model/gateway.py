@@ -99,6 +99,8 @@ def resolve_gateway(host, instances, settings, warnings=None):
     port = check_int("kimi_gateway_port", settings.get("port"), 1, 65535)
     metrics_port = check_int("kimi_gateway_metrics_port", settings.get("metrics_port"), 1, 65535)
     https_port = check_int("kimi_gateway_https_port", settings.get("https_port"), 1, 65535)
+    usage_port = check_int("kimi_gateway_usage_port", settings.get("usage_port"), 1, 65535)
+    usage_metrics_port = check_int("kimi_gateway_usage_metrics_port", settings.get("usage_metrics_port"), 1, 65535)
     if len(set((port, metrics_port, https_port))) < 3:
         fail("kimi_gateway_port", port, ["three different ports for the router, its metrics and Caddy"],
              "kimi_gateway_port=%d, kimi_gateway_metrics_port=%d, kimi_gateway_https_port=%d"
@@ -159,12 +161,20 @@ def resolve_gateway(host, instances, settings, warnings=None):
         "config": None,
         "served_model_name": names[0],
         "verify_checks": checks,
-        # Caddy's gateway site on this host (caddy_proxy_gateway): the router on loopback, its metrics and Caddy's own
-        # behind the metrics key, a request that cannot reach the router (a restart) retried for `retry`.
-        "site": {"https_port": https_port, "upstream": "127.0.0.1:%d" % port, "served_model_name": names[0],
+        "usage_port": usage_port,
+        "usage_metrics_port": usage_metrics_port,
+        # the usage tap's command (kimi_usage_tap.py, from the role's files): Caddy -> tap -> router
+        "usage_argv": ["--listen", "127.0.0.1:%d" % usage_port, "--upstream", "127.0.0.1:%d" % port,
+                       "--metrics", "127.0.0.1:%d" % usage_metrics_port],
+        # Caddy's gateway site on this host (caddy_proxy_gateway): the usage tap in front of the router on loopback,
+        # the router's, the tap's and Caddy's own metrics behind the metrics key, a request that cannot reach the
+        # tap or the router (a restart) retried for `retry`.
+        "site": {"https_port": https_port, "upstream": "127.0.0.1:%d" % usage_port, "served_model_name": names[0],
                  "verify_checks": checks, "retry": retry,
                  "metrics_routes": routes({"gateway": {"upstream": "127.0.0.1:%d" % metrics_port,
                                                        "upstream_path": router["metrics_path"]},
+                                           "usage": {"upstream": "127.0.0.1:%d" % usage_metrics_port,
+                                                     "upstream_path": "/metrics"},
                                            "caddy": {"upstream": "caddy", "upstream_path": "/metrics"}})},
         "warnings": warnings,
     }

@@ -27,6 +27,8 @@ TABLE = (
      "what": "a disaggregated deployment's router, on its router host"},
     {"name": "gateway", "path": "/metrics/gateway", "job": "kimi-gateway",
      "what": "the fleet gateway's router, on a kimi_gateways host's gateway site"},
+    {"name": "usage", "path": "/metrics/usage", "job": "kimi-usage",
+     "what": "tokens and requests per client key name (the gateway's usage tap), on its gateway site"},
 )
 
 NAMES = tuple(r["name"] for r in TABLE)

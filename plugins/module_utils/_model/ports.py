@@ -34,6 +34,8 @@ ROLE_PORTS = {
     "kimi_gateway_port": ("kimi_gateway", "the fleet gateway's router", "kimi_gateways"),
     "kimi_gateway_metrics_port": ("kimi_gateway", "the fleet gateway router's metrics", "kimi_gateways"),
     "kimi_gateway_https_port": ("kimi_gateway", "Caddy's HTTPS listener of the fleet gateway", "kimi_gateways"),
+    "kimi_gateway_usage_port": ("kimi_gateway", "the fleet gateway's usage tap", "kimi_gateways"),
+    "kimi_gateway_usage_metrics_port": ("kimi_gateway", "the fleet gateway usage tap's metrics", "kimi_gateways"),
     # host:port; Prometheus runs on the kimi_monitoring hosts only
     "kimi_monitoring_listen_address": ("kimi_monitoring", "Prometheus", "kimi_monitoring"),
 }
