@@ -22,8 +22,9 @@ description:
   - Hosts whose metrics keys differ get one job per key (C(kimi-engine-<digest>)), relabelled to the same C(job).
 options:
   _input:
-    description: The targets, C({host, address, port, replica, key, paths}); C(paths) are the metrics paths the host's
-      proxy serves (C(kimi_metrics_routes)' paths); the engine's C(/metrics) is scraped on every target.
+    description: The targets, C({host, address, port, replica, key, paths, engine}); C(paths) are the metrics paths the
+      host's proxy serves (C(kimi_metrics_routes)' paths); the engine's C(/metrics) is scraped on every target but one
+      with C(engine) false (a fleet gateway's site).
     type: list
     elements: dict
     required: true
@@ -79,7 +80,8 @@ def prometheus_scrape(targets, key_dir, ca_file="", interval="15s"):
     configs = []
     for metrics_path, job in JOBS:
         for digest in sorted(by_key):
-            hosts = [t for t in by_key[digest] if metrics_path in [ENGINE_PATH] + list(t.get("paths") or [])]
+            hosts = [t for t in by_key[digest]
+                     if metrics_path in ([ENGINE_PATH] if t.get("engine", True) else []) + list(t.get("paths") or [])]
             if not hosts:
                 continue
             config = {
