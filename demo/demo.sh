@@ -144,8 +144,10 @@ plan() {
 
 bench() {  # make demo-bench: playbooks/bench.yml on the demo host, through Caddy from this machine, a short sweep
 	running || { say "no demo host is running: run make demo first"; exit 1; }
-	local out=$KIMI_DEMO_DIR/bench log=$KIMI_DEMO_DIR/bench.log json png
+	local out=$KIMI_DEMO_DIR/bench log=$KIMI_DEMO_DIR/bench.log json png _q _e gpus=rtx-pro-6000-x8
 	mkdir -p "$out"
+	# the GPUs the host's nvidia-smi double reports (its profile), for the report's cost per million tokens
+	[ -f "$KIMI_DEMO_DIR/identity" ] && read -r _q _e gpus <"$KIMI_DEMO_DIR/identity" || true
 	say "playbooks/bench.yml on $INSTANCE: aiperf through Caddy at https://localhost:$KIMI_DEMO_PORT (log: $log)"
 	set +e
 	# shellcheck disable=SC2086
@@ -154,7 +156,7 @@ bench() {  # make demo-bench: playbooks/bench.yml on the demo host, through Cadd
 		-e "kimi_bench_api_key_file=$KIMI_DEMO_KEY_FILE" -e "kimi_bench_ca_file=$KIMI_DEMO_DIR/ca.crt" \
 		-e "kimi_bench_dir=$out" -e '{"kimi_bench_levels": [1, 2, 4]}' -e kimi_bench_requests_per_level=8 \
 		-e kimi_bench_input_tokens=128 -e kimi_bench_output_tokens=64 -e kimi_bench_timeout=600 \
-		${KIMI_DEMO_ARGS:-} 2>&1 | tee "$log"
+		-e "@tests/fixtures/gpus/${gpus:-rtx-pro-6000-x8}.json" ${KIMI_DEMO_ARGS:-} 2>&1 | tee "$log"
 	local rc=${PIPESTATUS[0]}
 	set -e
 	[ "$rc" = 0 ] || { say "bench.yml failed (rc=$rc, log: $log)"; exit "$rc"; }

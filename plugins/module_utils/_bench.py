@@ -24,6 +24,8 @@ import os
 import re
 import sys
 
+from ansible_collections.kimi.deploy.plugins.module_utils._model.cost import per_million_tokens
+
 
 CLIENT = "aiperf"
 SCHEMA = "kimi.deploy/bench/1"
@@ -257,10 +259,14 @@ def client_version(levels):
 
 
 def summarize(levels, identity, host, timestamp, url, model, settings, label="", client_version_=None,
-              duration_s=None, exit_code=None):
-    """Our summary of one sweep (what the result JSON holds)."""
+              duration_s=None, exit_code=None, hour_cost=None):
+    """Our summary of one sweep (what the result JSON holds). With the host's `hour_cost` (kimi_gpu_hour_cost), each
+    level also says what a million output tokens cost at its throughput."""
     clean = [dict((k, v) for k, v in lv.items() if k != "client_version") for lv in levels]
+    for lv in clean:
+        lv["cost_per_million_output_tokens"] = per_million_tokens(hour_cost, lv.get("output_tokens_per_s"))
     return {
+        "hour_cost": hour_cost,
         "schema": SCHEMA, "identity": identity, "host": host, "label": label or "", "timestamp": timestamp,
         "client": {"name": CLIENT, "version": client_version_ or client_version(levels)},
         "endpoint": {"url": url, "model": model},

@@ -94,6 +94,10 @@ options:
     description: A result JSON of this module to compare with. Empty - the last run of this host and identity in
       O(result_dir).
     type: path
+  hour_cost:
+    description: What the host's accelerators cost per hour (C(kimi_deployment.hour_cost), from kimi_gpu_hour_cost).
+      Each level of the summary then has C(cost_per_million_output_tokens), and the message says it.
+    type: float
   min_ratio:
     description: Fail when the throughput ratio against the baseline is below this (e.g. V(0.9)). Not set - never
       fails on the ratio. With an explicit O(baseline) that has no concurrency in common with this run, it fails
@@ -408,7 +412,7 @@ class Bench(object):
         levels = parse_results(self.artifact_dir, plan, base=self.result_dir)
         summary = summarize(levels, self.p["identity"], self.p["host"], self.timestamp, self.p["url"],
                             self.p["model"], self.settings(config), label=self.p["label"], duration_s=seconds,
-                            exit_code=code)
+                            exit_code=code, hour_cost=self.p["hour_cost"])
         summary["complete"] = code is not None and all(lv["artifacts"] for lv in levels)
         comparison = compare(summary, base)
         atomic_write(self.json_path, json.dumps(summary, indent=2, sort_keys=True) + "\n")
@@ -423,6 +427,10 @@ class Bench(object):
         done = measured(summary)
         figures = ", ".join("%.1f @%d" % (lv["output_tokens_per_s"], lv["concurrency"]) for lv in done)
         text = "output tokens/s %s" % (figures or "none (no level answered)")
+        costs = ", ".join("%.4g @%d" % (lv["cost_per_million_output_tokens"], lv["concurrency"]) for lv in done
+                          if lv.get("cost_per_million_output_tokens") is not None)
+        if costs:
+            text += "; cost per million output tokens %s (%g per hour)" % (costs, summary["hour_cost"])
         failed = sum(lv["requests_failed"] for lv in summary["levels"])
         if failed:
             text += "; %d requests failed" % failed
@@ -476,6 +484,7 @@ def main():
             result_dir=dict(type="path", required=True),
             baseline=dict(type="path"),
             min_ratio=dict(type="float"),
+            hour_cost=dict(type="float"),
             host=dict(type="str", required=True),
             identity=dict(type="str", required=True),
             label=dict(type="str", default=""),

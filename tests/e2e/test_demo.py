@@ -174,6 +174,8 @@ def test_every_metrics_path_answers_the_metrics_key_only(first_run):
     assert len(info) == 1 and 'identity="int4-sglang"' in info[0] and 'engine_version="0.5.12.post1"' in info[0], info
     assert re.search(r'^kimi_verify_success\{identity="int4-sglang"\} 1$', text, re.M)
     assert re.search(r'^kimi_weights_filesystem_info\{mountpoint="[^"]+"\} 1$', text, re.M)
+    assert re.search(r'^kimi_deployment_hour_cost\{accelerators="8 x NVIDIA RTX PRO 6000 Blackwell Server Edition",'
+                     r'replica=""\} 15\.2$', text, re.M), text
     listening = host("ss", "-Htln")
     for port in (9100, 9400, 9090):
         assert re.search(r"127\.0\.0\.1:%d\b" % port, listening), listening
@@ -248,6 +250,12 @@ def test_demo_bench_runs_aiperf_through_caddy_and_writes_json_and_png(first_run)
     assert [level["concurrency"] for level in summary["levels"]] == [1, 2, 4]
     assert all(level["requests_ok"] == 8 and level["output_tokens_per_s"] > 0 for level in summary["levels"])
     assert "no baseline" in out
+    # kimi_gpu_hour_cost (molecule/demo: 1.9 per RTX PRO 6000 hour) x 8 GPUs over each level's tokens of an hour
+    assert summary["hour_cost"] == 15.2
+    for level in summary["levels"]:
+        assert level["cost_per_million_output_tokens"] == pytest.approx(
+            15.2 / (level["output_tokens_per_s"] * 3600) * 1e6, rel=1e-4)
+    assert "cost per million output tokens" in out and "(15.2 per hour)" in out
     key = open(os.path.join(DIR, "client-key")).read().strip()
     assert key not in out and key not in open(json_path).read()
 
@@ -421,12 +429,15 @@ def test_a_switch_back_to_int4_sglang_with_eagle3_speculation_answers_through_ca
 
 def test_the_dashboard_names_only_series_prometheus_scraped(first_run):
     """Every series the Grafana dashboard queries is one the demo's Prometheus scraped while the demo served SGLang,
-    vLLM, TensorRT-LLM and the Ascend engines (the engine-specific alternatives of each panel included)."""
+    vLLM, TensorRT-LLM and the Ascend engines (the engine-specific alternatives of each panel included). The usage
+    panels' series come from a fleet gateway's usage tap, which the demo host is not: molecule/fleet's verify checks
+    those names against the tap it runs."""
     sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
     from test_dashboard import dashboard_metric_names
     scraped = set(prometheus("/api/v1/label/__name__/values")["data"])
     names = dashboard_metric_names(os.path.join(ROOT, "roles", "kimi_monitoring", "files", "kimi-k26-dashboard.json"))
-    assert names and not sorted(names - scraped), sorted(names - scraped)
+    gateway = set(name for name in names if name.startswith("kimi_usage_"))
+    assert names and len(gateway) == 3 and not sorted(names - gateway - scraped), sorted(names - gateway - scraped)
 
 
 def test_demo_clean_removes_everything_the_demo_made(first_run):

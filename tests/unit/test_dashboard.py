@@ -181,7 +181,7 @@ def test_the_dashboard_is_grafana_json():
         else:
             assert panel["targets"], panel["title"]
     rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
-    assert rows == ["Deployment", "Engine", "GPU", "Host", "Proxy"]
+    assert rows == ["Deployment", "Engine", "GPU", "Host", "Proxy", "Usage and cost"]
 
 
 def test_the_rows_hold_the_panels_the_operators_need():

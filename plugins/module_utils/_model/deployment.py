@@ -29,6 +29,7 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry impo
     ENGINE_NAMES, ENGINES, build_of, builds_of, check_extra_args, command_for, engine_argv, engine_config, managed,
     parser_name, pinned_image, select_version)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import options as eng_options
+from ansible_collections.kimi.deploy.plugins.module_utils._model.cost import check_costs, hour_cost
 from ansible_collections.kimi.deploy.plugins.module_utils._model.fit import (
     MAX_NODES, MIN_KV_TOKENS, fit, replica_advice, replica_layout)
 from ansible_collections.kimi.deploy.plugins.module_utils._model.pd import for_instance, resolve_pd
@@ -676,6 +677,11 @@ def resolve(inputs, gpus=None, require_revision=True):
     _layout_and_fit(inputs, require_revision, resolved)
     _endpoint(inputs, require_revision, resolved)
     deployment = _deployment(resolved)
+    # What the host's accelerators cost per hour (kimi_gpu_hour_cost): the node series, dashboard and bench read it.
+    costs = check_costs(inputs.get("gpu_hour_cost"))
+    deployment["hour_cost"] = hour_cost(resolved["summary"], costs)
+    if costs and deployment["hour_cost"]["accelerators"] and deployment["hour_cost"]["per_hour"] is None:
+        deployment["warnings"].append("no cost per hour for this host: " + deployment["hour_cost"]["why"])
     _disaggregate(inputs, deployment, resolved)
     _commands(inputs, deployment, resolved)
     return deployment

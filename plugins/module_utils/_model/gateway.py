@@ -29,6 +29,12 @@ from ansible_collections.kimi.deploy.plugins.module_utils._model.report import s
 OWN_ROUTER = {"sglang": "sglang-router", "vllm": "vllm-router"}
 GATEWAY_ROUTERS = ("sglang-router", "vllm-router")
 DURATION_RE = re.compile(r"[0-9]+(ms|s|m)")
+
+
+def seconds(duration):
+    """A DURATION_RE duration (Caddy's lb_try_duration) in seconds."""
+    number, unit = re.match(r"([0-9]+)(ms|s|m)$", duration).groups()
+    return int(number) * {"ms": 0.001, "s": 1, "m": 60}[unit]
 # The options the collection passes a gateway router, and the variable that owns each (kimi_gateway_router_extra_args
 # may not set them).
 OWNERS = {"--port": "kimi_gateway_port", "--prometheus-port": "kimi_gateway_metrics_port", "--host": None,
@@ -101,10 +107,12 @@ def resolve_gateway(host, instances, settings, warnings=None):
     https_port = check_int("kimi_gateway_https_port", settings.get("https_port"), 1, 65535)
     usage_port = check_int("kimi_gateway_usage_port", settings.get("usage_port"), 1, 65535)
     usage_metrics_port = check_int("kimi_gateway_usage_metrics_port", settings.get("usage_metrics_port"), 1, 65535)
-    if len(set((port, metrics_port, https_port))) < 3:
-        fail("kimi_gateway_port", port, ["three different ports for the router, its metrics and Caddy"],
-             "kimi_gateway_port=%d, kimi_gateway_metrics_port=%d, kimi_gateway_https_port=%d"
-             % (port, metrics_port, https_port))
+    ports = (port, metrics_port, https_port, usage_port, usage_metrics_port)
+    if len(set(ports)) < len(ports):
+        fail("kimi_gateway_port", port, ["five different ports for the router, its metrics, Caddy, the usage tap and "
+                                         "its metrics"],
+             "kimi_gateway_port=%d, kimi_gateway_metrics_port=%d, kimi_gateway_https_port=%d, "
+             "kimi_gateway_usage_port=%d, kimi_gateway_usage_metrics_port=%d" % ports)
     workers = []
     for instance in instances:
         deployment = instance["deployment"]
@@ -165,7 +173,7 @@ def resolve_gateway(host, instances, settings, warnings=None):
         "usage_metrics_port": usage_metrics_port,
         # the usage tap's command (kimi_usage_tap.py, from the role's files): Caddy -> tap -> router
         "usage_argv": ["--listen", "127.0.0.1:%d" % usage_port, "--upstream", "127.0.0.1:%d" % port,
-                       "--metrics", "127.0.0.1:%d" % usage_metrics_port],
+                       "--metrics", "127.0.0.1:%d" % usage_metrics_port, "--retry-seconds", "%g" % seconds(retry)],
         # Caddy's gateway site on this host (caddy_proxy_gateway): the usage tap in front of the router on loopback,
         # the router's, the tap's and Caddy's own metrics behind the metrics key, a request that cannot reach the
         # tap or the router (a restart) retried for `retry`.

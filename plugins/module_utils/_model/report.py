@@ -48,6 +48,8 @@ def plan_lines(d):
                "memory knob: %s is %s" % (d["memory_flag"], d.get("memory_meaning", "?")),
                "served model name: %s on %s:%s" % (d["served_model_name"], d["host"], d["port"]),
                "verify checks: %s" % ", ".join(d.get("verify_checks", []))]
+            + (["cost: %s per hour (%s)" % (d["hour_cost"]["per_hour"], d["hour_cost"]["why"])]
+               if (d.get("hour_cost") or {}).get("per_hour") is not None else [])
             + (["ports on this host: " + ", ".join(
                 "%d %s (%s)" % (p["port"], p["what"], p["variable"]) for p in d["ports"])] if d.get("ports") else [])
             + _speculative_lines(d)

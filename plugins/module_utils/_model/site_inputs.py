@@ -219,6 +219,12 @@ INPUTS = (
     Input('kimi_canary_max_latency_ratio', 'float', default=1.5, doc=(
         "How many times the rest's TTFT and ITL p50 the canary's may be (a difference under 50 ms never counts).",
     )),
+    Input('kimi_gpu_hour_cost', 'dict', field='gpu_hour_cost', read='field', default={}, doc=(
+        "What an accelerator-hour costs, per model as the host's accelerator facts name it (e.g. "
+        "C({'NVIDIA H200': 3.5}), in any one currency). The plan prints the host's cost per hour; the node series "
+        'C(kimi_deployment_hour_cost) carries it to the dashboard (cost per million tokens) and the benchmark report '
+        'prints the cost per million output tokens at each concurrency. Unset - no cost anywhere.',
+    )),
     Input('kimi_pd', 'str', field='pd_members', doc=(
         'Name of the prefill/decode disaggregated deployment this host belongs to. The kimi_servers hosts with '
         "the same name serve one endpoint together, each in its C(kimi_pd_role), behind the engine's own router "

@@ -7,10 +7,10 @@
 Caddy's gateway site checks the client key and sends the key's NAME (never the key) in X-LLM-Client; this tap sits
 between Caddy and the router on loopback, passes every request and answer through unchanged, and counts what the
 engines report in `usage`: from the JSON body of a plain answer, and from the last event of a stream (it asks for it
-with stream_options.include_usage, and drops that extra event again when the client did not ask for it). A request
-marked X-Kimi-Probe (the collection's own probes) is passed through and not counted.
+with stream_options.include_usage, and drops that extra event again when the client did not ask for it). Every
+completions request is counted, errors included: no header a client could send exempts one.
 
-    kimi_usage_tap.py --listen 127.0.0.1:30091 --upstream 127.0.0.1:30090 --metrics 127.0.0.1:29011
+    kimi_usage_tap.py --listen 127.0.0.1:30091 --upstream 127.0.0.1:30090 --metrics 127.0.0.1:29011 --retry-seconds 10
 
 Series (Prometheus text at /metrics on --metrics): kimi_usage_requests_total{client,code},
 kimi_usage_prompt_tokens_total{client}, kimi_usage_completion_tokens_total{client}.
@@ -21,9 +21,11 @@ import http.client
 import json
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-CLIENT_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
+# caddy_proxy_clients' names (plugins/filter/caddy_clients.py NAME_RE; a unit test compares the two)
+CLIENT_RE = re.compile(r"[a-z0-9_-]+")
 COUNTED = ("/v1/chat/completions", "/v1/completions")
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
               "transfer-encoding", "upgrade", "content-length"}
@@ -61,7 +63,7 @@ class Usage:
 
 def client_of(headers):
     name = (headers.get("X-LLM-Client") or "").strip()
-    return name if CLIENT_RE.match(name) else "unknown"
+    return name if CLIENT_RE.fullmatch(name) else "unknown"
 
 
 def prepare(path, body):
@@ -93,7 +95,7 @@ def usage_of_event(data):
     return event["usage"], not event.get("choices")
 
 
-def make_handler(upstream, usage):
+def make_handler(upstream, usage, retry=0.0):
     host, port = upstream.rsplit(":", 1)
 
     class Handler(BaseHTTPRequestHandler):
@@ -105,12 +107,23 @@ def make_handler(upstream, usage):
         def _relay(self):
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
-            counted = self.path.split("?", 1)[0] in COUNTED and not self.headers.get("X-Kimi-Probe")
+            counted = self.path.split("?", 1)[0] in COUNTED
             body, stream, asked = prepare(self.path, body)
             headers = dict((k, v) for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP)
             headers["Content-Length"] = str(len(body))
             connection = http.client.HTTPConnection(host, int(port), timeout=3600)
             try:
+                # A router that restarts (its workers or release changed) refuses connections for a moment: the
+                # connection is retried for --retry-seconds, as Caddy's lb_try_duration would; nothing was sent yet.
+                deadline = time.time() + retry
+                while True:
+                    try:
+                        connection.connect()
+                        break
+                    except ConnectionRefusedError:
+                        if time.time() >= deadline:
+                            raise
+                        time.sleep(0.25)
                 connection.request(self.command, self.path, body=body if body or self.command == "POST" else None,
                                    headers=headers)
                 response = connection.getresponse()
@@ -195,11 +208,11 @@ def make_metrics_handler(usage):
     return Metrics
 
 
-def serve(listen, upstream, metrics):
+def serve(listen, upstream, metrics, retry=0.0):
     """Start the tap and its metrics listener; returns the two servers (threads run them)."""
     usage = Usage()
     servers = []
-    for address, handler in ((listen, make_handler(upstream, usage)), (metrics, make_metrics_handler(usage))):
+    for address, handler in ((listen, make_handler(upstream, usage, retry)), (metrics, make_metrics_handler(usage))):
         host, port = address.rsplit(":", 1)
         server = ThreadingHTTPServer((host, int(port)), handler)
         server.daemon_threads = True
@@ -213,8 +226,10 @@ def main():
     parser.add_argument("--listen", required=True, help="host:port the tap listens on (Caddy's upstream)")
     parser.add_argument("--upstream", required=True, help="host:port of the router")
     parser.add_argument("--metrics", required=True, help="host:port of its Prometheus text")
+    parser.add_argument("--retry-seconds", type=float, default=0.0,
+                        help="how long a connection the router refuses is retried (kimi_gateway_retry)")
     args = parser.parse_args()
-    servers = serve(args.listen, args.upstream, args.metrics)
+    servers = serve(args.listen, args.upstream, args.metrics, args.retry_seconds)
     threading.Event().wait() if servers else None
 
 

@@ -37,7 +37,7 @@ def test_routes_come_in_the_tables_order_with_its_paths_and_absent_ones_left_out
 
 
 @pytest.mark.parametrize(("given", "words"), [
-    ({"nodes": UP}, "no metrics route named nodes (the routes: engine, node, accelerator, caddy, router, gateway)"),
+    ({"nodes": UP}, "no metrics route named nodes (the routes: " + ", ".join(mr.NAMES) + ")"),
     ({"node": {"upstream": "127.0.0.1:9100"}}, "the node route needs upstream and upstream_path"),
     ([UP], "input must be a dict of upstreams by route name, got list"),
 ])
@@ -56,6 +56,19 @@ def test_the_scrape_jobs_are_the_tables_and_the_engine_is_scraped_on_every_targe
     assert [c["job_name"] for c in alone] == ["kimi-engine"]
 
 
+def test_a_gateway_site_is_scraped_for_its_own_paths_only_beside_the_same_hosts_engine_site():
+    """A serving host that is also a fleet gateway (kimi_monitoring's gateway targets: engine false): the engine and
+    Caddy through its engine site, the router and the usage tap through its gateway site, one instance label."""
+    engine = {"host": "gpu1", "address": "gpu1", "port": 443, "key": "k", "paths": ["/metrics/caddy"]}
+    gateway = {"host": "gpu1", "address": "gpu1", "port": 8443, "key": "k", "engine": False,
+               "paths": ["/metrics/gateway", "/metrics/usage"]}
+    configs = prometheus_scrape.prometheus_scrape([engine, gateway], key_dir="/k")["scrape_configs"]
+    jobs = dict((c["job_name"], [t["targets"][0] for t in c["static_configs"]]) for c in configs)
+    assert jobs == {"kimi-engine": ["gpu1:443"], "kimi-caddy": ["gpu1:443"], "kimi-gateway": ["gpu1:8443"],
+                    "kimi-usage": ["gpu1:8443"]}
+    assert set(t["labels"]["instance"] for c in configs for t in c["static_configs"]) == {"gpu1"}
+
+
 def test_the_alert_rules_and_their_tests_name_only_the_tables_jobs():
     jobs = set(job for _path, job in mr.JOBS)
     named = set()
@@ -70,10 +83,11 @@ def test_the_roles_build_their_routes_with_the_filter_and_spell_no_routes_path()
     with open(os.path.join(ROOT, "roles", "kimi_metrics", "tasks", "routes.yml")) as handle:
         text = handle.read()
     assert "kimi.deploy.metrics_routes" in text
-    assert set(re.findall(r"'([a-z]+)': \{'upstream'", text)) == set(mr.NAMES) - {"engine", "gateway"}
-    # the gateway's route is the gateway's own site (the model builds it with the same table)
+    assert set(re.findall(r"'([a-z]+)': \{'upstream'", text)) == set(mr.NAMES) - {"engine", "gateway", "usage"}
+    # the gateway's and its usage tap's routes are the gateway's own site (the model builds them with the same table)
     with open(os.path.join(ROOT, "plugins", "module_utils", "_model", "gateway.py")) as handle:
-        assert 'routes({"gateway": {' in handle.read()
+        gateway = handle.read()
+    assert 'routes({"gateway": {' in gateway and '"usage": {' in gateway
     with open(os.path.join(ROOT, "roles", "caddy_proxy", "vars", "main.yml")) as handle:
         assert "kimi.deploy.metrics_routes" in yaml.safe_load(handle)["_caddy_proxy_metrics_routes"]
     # A route's path as a value ('/metrics/node', 'path': '/metrics') anywhere but the table: a second declaration.

@@ -16,7 +16,8 @@ from test_site import SHA, getter, site_inputs
 from test_deployment import B200x8 as B200, H200x8 as H200
 # kimi_gateway's defaults (roles/kimi_gateway/defaults/main.yml; the action reads them from there)
 SETTINGS = {"router": None, "policy": "cache_aware", "port": 30090, "metrics_port": 29010, "https_port": 8443,
-            "extra_args": [], "retry": "10s", "health_interval": 5, "health_failures": 2}
+            "extra_args": [], "retry": "10s", "health_interval": 5, "health_failures": 2, "usage_port": 30091,
+            "usage_metrics_port": 29011}
 
 
 def fleet(hostvars, gpus=H200, gateways=("gw",)):
@@ -70,8 +71,12 @@ def test_a_fleet_of_one_engine_gets_its_own_router_cache_aware(engine, router):
         "--host", "127.0.0.1", "--port", "30090", "--prometheus-host", "127.0.0.1", "--prometheus-port", "29010",
         "--health-check-interval-secs", "5", "--health-failure-threshold", "2"]
     assert gateway["workers_api"]["remove_by"] == ("id" if router == "sglang-router" else "url")
-    assert gateway["site"]["upstream"] == "127.0.0.1:30090" and gateway["site"]["https_port"] == 8443
-    assert [r["path"] for r in gateway["site"]["metrics_routes"]] == ["/metrics/caddy", "/metrics/gateway"]
+    # Caddy -> the usage tap -> the router, all on loopback
+    assert gateway["site"]["upstream"] == "127.0.0.1:30091" and gateway["site"]["https_port"] == 8443
+    assert gateway["usage_argv"] == ["--listen", "127.0.0.1:30091", "--upstream", "127.0.0.1:30090",
+                                     "--metrics", "127.0.0.1:29011", "--retry-seconds", "10"]
+    assert [r["path"] for r in gateway["site"]["metrics_routes"]] == ["/metrics/caddy", "/metrics/gateway",
+                                                                      "/metrics/usage"]
     assert any("must stay private" in w for w in gateway["warnings"])
     lines = gateway_lines(gateway)
     assert lines[0].startswith("gateway: gw, https port 8443") and "worker: http://10.0.1.12:30000 (gpu2, int4-%s)" \
@@ -110,8 +115,10 @@ def test_bad_gateway_settings_are_refused_naming_the_variable():
     with pytest.raises(DeploymentError, match=r"kimi_gateway_policy='fastest' is not allowed: not a policy of "
                                               r"sglang-router 0.3.2. Allowed values: random, round_robin, cache_aware"):
         resolve_gateway("gw", instances, dict(SETTINGS, policy="fastest"))
-    with pytest.raises(DeploymentError, match=r"kimi_gateway_port=.*three different ports"):
+    with pytest.raises(DeploymentError, match=r"kimi_gateway_port=.*five different ports"):
         resolve_gateway("gw", instances, dict(SETTINGS, metrics_port=30090))
+    with pytest.raises(DeploymentError, match=r"kimi_gateway_usage_port=30090"):
+        resolve_gateway("gw", instances, dict(SETTINGS, usage_port=30090))
     with pytest.raises(DeploymentError, match=r"kimi_gateway_https_port=70000 is not allowed"):
         resolve_gateway("gw", instances, dict(SETTINGS, https_port=70000))
     with pytest.raises(DeploymentError, match=r"kimi_gateway_retry='soon' is not allowed"):
