@@ -35,6 +35,8 @@ def seconds(duration):
     """A DURATION_RE duration (Caddy's lb_try_duration) in seconds."""
     number, unit = re.match(r"([0-9]+)(ms|s|m)$", duration).groups()
     return int(number) * {"ms": 0.001, "s": 1, "m": 60}[unit]
+
+
 # The options the collection passes a gateway router, and the variable that owns each (kimi_gateway_router_extra_args
 # may not set them).
 OWNERS = {"--port": "kimi_gateway_port", "--prometheus-port": "kimi_gateway_metrics_port", "--host": None,

@@ -167,7 +167,7 @@ def make_handler(upstream, usage, retry=0.0):
                     continue
                 text = b"".join(event)
                 event = []
-                data = b"".join(l[5:].strip() for l in text.splitlines() if l.startswith(b"data:"))
+                data = b"".join(part[5:].strip() for part in text.splitlines() if part.startswith(b"data:"))
                 got, usage_only = usage_of_event(data) if data and data != b"[DONE]" else (None, False)
                 if got:
                     found = got

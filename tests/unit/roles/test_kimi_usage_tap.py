@@ -17,8 +17,8 @@ from test_engine_double import chat, free_port  # noqa: E402
 
 cache, start = test_engine_double.cache, test_engine_double.start  # its fixtures
 
-SPEC = importlib.util.spec_from_file_location("kimi_usage_tap", os.path.join(ROOT, "roles", "kimi_gateway", "files",
-                                                                            "kimi_usage_tap.py"))
+TAP = os.path.join(ROOT, "roles", "kimi_gateway", "files", "kimi_usage_tap.py")
+SPEC = importlib.util.spec_from_file_location("kimi_usage_tap", TAP)
 tap = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(tap)
 

@@ -141,6 +141,21 @@ def scaled(s, factors):
     return dict(s, levels=levels)
 
 
+def test_with_the_hosts_hour_cost_each_level_says_what_a_million_output_tokens_cost():
+    levels = _bench.parse_results(os.path.join(FIXTURES, "sweep"), PLAN)
+    priced = _bench.summarize(levels, "int4-vllm", "gpu-01", "2026-11-24T10:00:00Z", "https://gpu-01", "kimi-k2.6",
+                              {}, hour_cost=28.0)
+    assert priced["hour_cost"] == 28.0
+    for level in priced["levels"]:
+        if level["output_tokens_per_s"]:
+            assert level["cost_per_million_output_tokens"] == pytest.approx(
+                28.0 / (level["output_tokens_per_s"] * 3600) * 1e6, rel=1e-5)
+        else:
+            assert level["cost_per_million_output_tokens"] is None
+    assert summary()["hour_cost"] is None and all(lv["cost_per_million_output_tokens"] is None
+                                                  for lv in summary()["levels"])
+
+
 def test_compare_is_the_geometric_mean_of_per_level_throughput_ratios():
     current = summary()
     assert _bench.compare(current, current)["ratio"] == 1.0
