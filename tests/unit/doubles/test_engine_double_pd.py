@@ -85,7 +85,7 @@ def test_sglang_one_request_through_prefill_and_decode_by_hand(start):
     thread.join(10)
     assert status == 200 and prefilled["choices"][0]["finish_reason"] == "length"
     assert answer["status"] == 200, answer
-    assert "2+2" in answer["body"]["choices"][0]["message"]["content"]
+    assert answer["body"]["choices"][0]["message"]["content"] == "4"
     assert "Prefill done: bootstrap_room=%d, 3 tokens, KV kept for the decode" % room in prefill.out.getvalue()
     assert ("Decode: bootstrap_room=%d KV received from 127.0.0.1:%d (3 tokens)" % (room, port)
             in decode.out.getvalue())
@@ -162,7 +162,7 @@ def test_vllm_one_request_through_prefill_and_decode_by_hand(start):
     assert params["remote_engine_id"] == prefill.double.disagg.engine_id and params["tp_size"] == 8
     assert params["remote_block_ids"] == [1] and params["remote_request_id"].startswith("chatcmpl-")
     status, answer = decode.post(chat("What is 2+2?", kv_transfer_params=params))
-    assert status == 200 and "2+2" in answer["choices"][0]["message"]["content"]
+    assert status == 200 and answer["choices"][0]["message"]["content"] == "4"
     assert "kv_transfer_params" not in answer
     ids = "remote_engine_id=%s remote_block_ids=[1]" % params["remote_engine_id"]
     assert ids in prefill.out.getvalue() and ids in decode.out.getvalue()

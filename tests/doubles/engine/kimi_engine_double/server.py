@@ -8,7 +8,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from . import disagg, flags, hfcache, metrics, png, rendezvous, speculative, trtllm
+from . import answers, disagg, flags, hfcache, metrics, png, rendezvous, speculative, trtllm
 
 READY_LINE = {"sglang": "The server is fired up and ready to roll!", "vllm": "Application startup complete.",
               "trtllm": "Application startup complete."}
@@ -67,6 +67,8 @@ class EngineDouble:
         self.lock = threading.Lock()
         self.counters = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "running": 0, "finished": {}}
         self.chats = 0  # chat requests received, for KIMI_DOUBLE_ERROR_RATE
+        self.answered = 0  # chat requests answered, for KIMI_DOUBLE_GARBAGE_AFTER
+        self.tool_calls = 0  # tool calls made, for KIMI_DOUBLE_TOOL_ERROR_RATE
         # what /metrics observed of the requests served: TTFT, inter-token latency (TRT-LLM: per-request TPOT), e2e
         self.latency = {kind: metrics.Histogram(buckets) for kind, buckets in metrics.LATENCY_BUCKETS[engine].items()}
         self.rendezvous = None  # a replica over several hosts (--nnodes > 1)
@@ -102,6 +104,7 @@ class EngineDouble:
             if metrics.knob(self.env, name, kind) is None:
                 problems.append("engine double: bad %s=%r (use %s)" % (
                     name, self.env.get(name), "a number from 0 to 1" if kind == "usage" else "a whole number >= 0"))
+        problems += answers.knob_problems(self.env)
         if crash == "startup":
             problems.append("RuntimeError: Engine core initialization failed. See root cause above. "
                             "[engine double: KIMI_DOUBLE_CRASH=startup]")
@@ -456,42 +459,56 @@ class EngineDouble:
         thinking = (req.get("chat_template_kwargs") or {}).get("thinking", True) is not False
         tools = req.get("tools") or []
         choice = req.get("tool_choice", "auto" if tools else "none")
-        tool_call = None
-        if tools and choice != "none":
+        with self.lock:
+            self.answered += 1
+            answered = self.answered
+        after = self.env.get("KIMI_DOUBLE_GARBAGE_AFTER", "")
+        garbage = after.isdigit() and answered > int(after)
+        calls, results = [], answers.tool_results(req["messages"])
+        if tools and choice != "none" and not results:
             parser = self.args.get("tool_call_parser") or self.args.get("tool_parser")
             named = isinstance(choice, dict) or choice == "required"  # vLLM: guided decoding, no parser needed
             if self.engine == "vllm" and not named and not (parser and self.args.flag("enable_auto_tool_choice")):
                 return self.error(400, AUTO_TOOL_ERROR, "BadRequestError")
-            wanted = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
-            tool = next((t for t in tools if (t.get("function") or {}).get("name") == wanted), tools[0])
-            tool_call = _tool_call(tool)
+            calls = [self.tool_call(tool, i, garbage) for i, tool in enumerate(answers.choose_tools(tools, last, choice))]
             parsed = (reads_kimi(self.engine, parser, KIMI_TOOL_PARSERS) or (self.engine == "vllm" and named)) and \
                 self.env.get("KIMI_DOUBLE_BROKEN_TOOLS") != "1"
-            if not parsed:  # the model's raw tool-call tokens end up as text, like an engine without a parser
-                answer, tool_call = _kimi_tool_markup(tool_call), None
+            if calls and not parsed:  # the model's raw tool-call tokens end up as text, like an engine without a parser
+                answer, calls = _kimi_tool_markup(calls[0]), []
             else:
-                answer = ""
-            reasoning = "The user needs %s; I should call the tool." % tool_call["function"]["name"] if tool_call \
-                else "I should call a tool."
+                answer = "" if calls else answers.direct_answer(last, prompt) or "No tool is needed: %s" % last.strip()
+            reasoning = ("The user needs %s; I should call the tool." % ", ".join(c["function"]["name"] for c in calls)
+                         if calls else "I can answer this without a tool.")
+        elif results:
+            answer = "The tool returned: %s" % "; ".join(results)
+            reasoning = "The tool answered; I will report what it returned."
         elif colours:
             answer = "The image is %s." % colours[-1]
             reasoning = "The user sent an image. Looking at it, it is mostly %s." % colours[-1]
         else:
-            answer = "Hello from the Kimi-K2.6 engine double (%s). You said: %s" % (self.engine, last.strip()[:200])
+            known = answers.direct_answer(last, prompt)
+            answer = known if known is not None else \
+                "Hello from the Kimi-K2.6 engine double (%s). You said: %s" % (self.engine, last.strip()[:200])
             reasoning = "The user wrote a message. I will answer briefly."
+        if garbage:
+            answer, reasoning = answers.garbage(), answers.garbage() if reasoning else ""
         if not thinking:
             reasoning = ""
         # token accounting: one word = one token; max_tokens cuts reasoning first, then the answer
         budget = req.get("max_completion_tokens") or req.get("max_tokens")
         r_words, a_words = reasoning.split(), answer.split()
-        finish = "tool_calls" if tool_call else "stop"
-        if isinstance(budget, int) and budget < len(r_words) + len(a_words) + (8 if tool_call else 0):
+        finish = "tool_calls" if calls else "stop"
+        if isinstance(budget, int) and budget < len(r_words) + len(a_words) + 8 * len(calls):
             r_words, a_words = r_words[:budget], a_words[:max(0, budget - len(r_words))]
-            reasoning, answer, tool_call, finish = " ".join(r_words), " ".join(a_words), None, "length"
+            reasoning, answer, calls, finish = " ".join(r_words), " ".join(a_words), [], "length"
         # no parser, or another model's: the think block stays in content
         if reasoning and not reads_kimi(self.engine, self.args.get("reasoning_parser"), KIMI_REASONING_PARSERS):
             answer, reasoning = "<think>%s</think>%s" % (reasoning, answer), ""
-        completion = len(r_words) + len(a_words) + (8 if tool_call else 0)
+        # a wrong reasoning parser: Kimi-K2.6's template opened the think block, so content has the reasoning and
+        # the closing tag
+        if reasoning and self.env.get("KIMI_DOUBLE_THINK_LEAK") == "1":
+            answer, reasoning = "%s</think>%s" % (reasoning, answer), ""
+        completion = len(r_words) + len(a_words) + 8 * len(calls)
         usage = {"prompt_tokens": len(prompt.split()) + 256 * len(colours), "completion_tokens": completion}
         usage["total_tokens"] = usage["prompt_tokens"] + completion
         with self.lock:
@@ -504,16 +521,30 @@ class EngineDouble:
             running = self.counters["running"]
         if spec is not None:
             self.log_speculation(spec, running, usage["prompt_tokens"] + completion)
-        return 200, {"model": model, "reasoning": reasoning, "content": answer, "tool_call": tool_call,
+        return 200, {"model": model, "reasoning": reasoning, "content": answer, "tool_calls": calls,
                      "finish": finish, "usage": usage}
 
+    def tool_call(self, tool, index, garbage=False):
+        """One call of `tool`: its arguments valid, or broken the KIMI_DOUBLE_TOOL_ERROR_RATE share of the time, or
+        not JSON once the answers are garbage."""
+        if garbage:
+            return answers.tool_call(tool, index, arguments="{{{ the the")
+        rate = float(self.env.get("KIMI_DOUBLE_TOOL_ERROR_RATE") or 0)
+        with self.lock:
+            self.tool_calls += 1
+            turn = self.tool_calls
+        if int(turn * rate) > int((turn - 1) * rate):
+            schema = dict(((tool.get("function") or {}).get("parameters") or {}), type="object")
+            return answers.tool_call(tool, index, answers.broken_arguments(schema, int(turn * rate)))
+        return answers.tool_call(tool, index)
+
     def completion_body(self, plan):
-        message = {"role": "assistant", "content": plan["content"] or (None if plan["tool_call"] else "")}
+        message = {"role": "assistant", "content": plan["content"] or (None if plan["tool_calls"] else "")}
         if plan["reasoning"]:
             message["reasoning_content"] = plan["reasoning"]
             if self.engine == "vllm":
                 message["reasoning"] = plan["reasoning"]  # vLLM >= 0.12 name; reasoning_content kept too
-        message["tool_calls"] = [plan["tool_call"]] if plan["tool_call"] else []
+        message["tool_calls"] = list(plan["tool_calls"])
         return dict({"id": "chatcmpl-" + uuid.uuid4().hex, "object": "chat.completion", "created": int(time.time()),
                      "model": plan["model"], "choices": [{"index": 0, "message": message, "logprobs": None,
                                                           "finish_reason": plan["finish"]}], "usage": plan["usage"]},
@@ -533,8 +564,8 @@ class EngineDouble:
             yield chunk(delta)
         for word in _pieces(plan["content"]):
             yield chunk({"content": word})
-        if plan["tool_call"]:
-            yield chunk({"tool_calls": [dict(plan["tool_call"], index=0)]})
+        for index, call in enumerate(plan["tool_calls"]):
+            yield chunk({"tool_calls": [dict(call, index=index)]})
         yield chunk({}, plan["finish"])
         if include_usage:
             yield {"id": cid, "object": "chat.completion.chunk", "created": created, "model": plan["model"],
@@ -564,25 +595,6 @@ def _image_colour(url):
         return png.dominant_colour(base64.b64decode(payload, validate=False))
     except Exception as e:  # any decode problem is a 400, like PIL's "cannot identify image file"
         raise ValueError("cannot identify image file (%s)" % e)
-
-
-def _example_value(schema):
-    if not isinstance(schema, dict):
-        return "example"
-    if schema.get("enum"):
-        return schema["enum"][0]
-    kind = schema.get("type")
-    if kind == "object":
-        props = schema.get("properties") or {}
-        return {k: _example_value(props[k]) for k in (schema.get("required") or list(props)) if k in props}
-    return {"integer": 1, "number": 1.0, "boolean": True, "array": []}.get(kind, "Paris")
-
-
-def _tool_call(tool):
-    fn = tool.get("function") or {}
-    args = _example_value(dict(fn.get("parameters") or {}, type="object"))
-    return {"id": "functions.%s:0" % fn.get("name", "tool"), "type": "function",
-            "function": {"name": fn.get("name", "tool"), "arguments": json.dumps(args)}}
 
 
 def _kimi_tool_markup(call):

@@ -1,0 +1,174 @@
+"""_accuracy: the probe file, the JSON-schema check (against the jsonschema package), the scoring of real answer shapes
+from each engine's parsers, the figures and the gate's judgement; then the shipped probes against the engine double,
+sound (every case passes) and with each fault knob (each caught by the figure that exists for it). No Docker."""
+import json
+import os
+import sys
+
+import jsonschema
+import pytest
+import yaml
+
+from ansible_collections.kimi.deploy.plugins.module_utils import _accuracy as acc
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+PROBES = os.path.join(ROOT, "roles", "kimi_probes", "files", "kimi-k26-probes.yml")
+sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "doubles"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "doubles", "engine"))
+import test_engine_double  # noqa: E402
+from kimi_engine_double import answers  # noqa: E402
+
+cache, start = test_engine_double.cache, test_engine_double.start  # its fixtures
+
+
+def shipped():
+    with open(PROBES) as handle:
+        return yaml.safe_load(handle)
+
+
+def test_the_shipped_probes_cover_every_category_with_and_without_thinking_and_streaming():
+    cases = acc.load(shipped())
+    assert len(cases) >= 60
+    assert set(c["category"] for c in cases) == set(acc.CATEGORIES)
+    assert {(c["thinking"], c["stream"]) for c in cases} >= {(True, False), (False, False), (True, True)}
+    for tool in shipped()["tools"].values():
+        jsonschema.Draft202012Validator.check_schema(tool["parameters"])
+
+
+def values(schema):
+    """Arguments to check the validator with: the double's valid ones, its three broken ones, and a few more."""
+    good = answers.example_value(schema)
+    out = [good] + [answers.broken_arguments(schema, turn) for turn in range(3)]
+    out += [dict(good, extra=1), [], "text", None, dict((k, None) for k in good)]
+    for key, value in good.items():
+        out += [dict(good, **{key: bad}) for bad in (1.5, -1, "", True, [value], {"x": value}) if bad != value]
+    return out
+
+
+def test_the_validator_agrees_with_jsonschema_on_every_shipped_tool():
+    for name, tool in shipped()["tools"].items():
+        schema = tool["parameters"]
+        reference = jsonschema.Draft202012Validator(schema)
+        for value in values(schema):
+            assert (acc.validate(value, schema) == []) == reference.is_valid(value), (name, value,
+                                                                                     acc.validate(value, schema))
+
+
+@pytest.mark.parametrize("doc, words", [
+    ({"version": 2, "cases": []}, "version: 1 is required"),
+    ({"version": 1, "tools": {"t": {"parameters": {"type": "object", "oneOf": []}}}, "cases": []},
+     "schema keyword(s) oneOf not supported"),
+    ({"version": 1, "cases": [{"id": "a", "category": "poetry", "prompt": "x"}]}, "category 'poetry' is not one of"),
+    ({"version": 1, "cases": [{"id": "a", "category": "required", "prompt": "x", "expect": {"tools": ["t"]}}]},
+     "tool(s) t are not defined under tools"),
+    ({"version": 1, "cases": [{"id": "a", "category": "choice", "prompt": "x"}]}, "must say which tools it expects"),
+    ({"version": 1, "cases": [{"id": "a", "category": "deterministic", "prompt": "x", "expected": {}}]},
+     "unknown field(s) expected"),
+    ({"version": 1, "cases": [{"id": "a", "category": "deterministic", "prompt": "x"},
+                              {"id": "a", "category": "deterministic", "prompt": "y"}]}, "the id is used twice"),
+])
+def test_a_probe_file_out_of_format_is_refused_naming_the_case_and_field(doc, words):
+    with pytest.raises(acc.ProbeError, match="^my.yml") as refused:
+        acc.load(doc, "my.yml")
+    assert words in str(refused.value)
+
+
+WEATHER = acc.load(shipped())[0]  # required-weather/think
+
+
+# vLLM 0.22's chat completion with its kimi_k2 tool parser and reasoning parser
+# (vllm/entrypoints/openai/tool_parsers/kimi_k2_tool_parser.py: ids "functions.<name>:<n>", arguments a JSON string;
+# vllm/entrypoints/openai/protocol.py ChatMessage: reasoning_content, and reasoning since 0.12).
+VLLM = {"id": "chatcmpl-1", "object": "chat.completion", "model": "kimi-k2.6", "choices": [{
+    "index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None, "reasoning_content": "The user wants the weather in Paris.",
+        "reasoning": "The user wants the weather in Paris.",
+        "tool_calls": [{"id": "functions.get_weather:0", "type": "function",
+                        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}}]}
+# SGLang 0.5's stream with --tool-call-parser kimi_k2 (python/sglang/srt/function_call/kimik2_detector.py: the name in
+# the first tool-call delta, the arguments in pieces after it, each with the call's index) and --reasoning-parser
+# kimi_k2 (reasoning_content deltas).
+SGLANG_STREAM = [
+    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
+    {"choices": [{"index": 0, "delta": {"reasoning_content": "Weather in Paris: "}, "finish_reason": None}]},
+    {"choices": [{"index": 0, "delta": {"reasoning_content": "call the tool."}, "finish_reason": None}]},
+    {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "functions.get_weather:0", "type": "function",
+                                                        "function": {"name": "get_weather", "arguments": ""}}]},
+                  "finish_reason": None}]},
+    {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": "}}]},
+                  "finish_reason": None}]},
+    {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]},
+                  "finish_reason": None}]},
+    {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+    {"choices": [], "usage": {"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42}},
+]
+
+
+def test_real_answer_shapes_score_a_right_tool_call_right():
+    assert acc.score(WEATHER, acc.read_answer(VLLM))["ok"]
+    streamed = acc.read_answer(SGLANG_STREAM)
+    assert streamed["tool_calls"] == [{"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}]
+    assert streamed["reasoning"] == "Weather in Paris: call the tool." and acc.score(WEATHER, streamed)["ok"]
+
+
+def test_what_breaks_is_named():
+    wrong = json.loads(json.dumps(VLLM))
+    wrong["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = "{\"unit\": \"kelvin\"}"
+    outcome = acc.score(WEATHER, acc.read_answer(wrong))
+    assert not outcome["ok"] and outcome["calls_valid"] == 0 and outcome["choice_ok"]
+    assert "the required 'city' is missing" in outcome["problems"][0] and "kelvin" in outcome["problems"][0]
+    # a wrong reasoning parser: Kimi-K2.6's template opened <think>, so content has the reasoning and </think>
+    leaked = {"choices": [{"finish_reason": "stop", "message": {
+        "content": "The user greets me.</think>Hello!", "tool_calls": []}}]}
+    greeting = next(c for c in acc.load(shipped()) if c["case"] == "no-tool-greeting")
+    outcome = acc.score(greeting, acc.read_answer(leaked))
+    assert outcome["leak"] and outcome["problems"] == ["reasoning leak: a think tag in content"]
+    nothing = acc.score(WEATHER, acc.read_answer({"choices": [{"finish_reason": "stop", "message": {"content": "?"}}]}))
+    assert nothing["problems"] == ["called no tool, expected ['get_weather']", "finish_reason stop, expected tool_calls"]
+
+
+def test_figures_and_the_gate_with_its_a_b():
+    outcomes = [{"id": "a", "category": "required", "ok": True, "problems": [], "calls": 1, "calls_valid": 1,
+                 "choice_ok": True, "leak": False, "answer_ok": None}] * 49
+    outcomes += [{"id": "b", "category": "types", "ok": False, "problems": ["get_weather: $.city: 7 is not of type"],
+                  "calls": 1, "calls_valid": 0, "choice_ok": True, "leak": False, "answer_ok": None}]
+    now = acc.figures(outcomes)
+    assert (now["schema_accuracy"], now["choice_accuracy"], now["failed_cases"]) == (98.0, 100.0, 1)
+    assert now["failing"] == ["b: get_weather: $.city: 7 is not of type"]
+    thresholds = {"min_schema_accuracy": 98, "min_choice_accuracy": 95, "max_reasoning_leaks": 0,
+                  "max_answer_failures": 0}
+    assert acc.judge(now, thresholds) == []
+    before = {"schema_accuracy": 100.0, "choice_accuracy": 100.0, "identity": "int4-sglang"}
+    assert acc.judge(now, thresholds, before, max_drop=1) == [
+        "schema accuracy 98.00% is 2.00 points below 100.00% of int4-sglang (at most 1 allowed)"]
+    assert acc.judge(now, thresholds, before, max_drop=2) == []
+    assert acc.judge(dict(now, reasoning_leaks=2), thresholds) == ["2 reasoning leaks, at most 0 allowed"]
+
+
+def run_on(double, **knobs):
+    double.double.env.update(knobs)
+    cases = acc.load(shipped())
+    outcomes, _seconds = acc.run(cases, "http://127.0.0.1:%d" % double.double.port, "kimi-k2.6", workers=8,
+                                 context_length=4096)
+    return acc.figures(outcomes)
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_the_sound_double_passes_every_shipped_probe(start, engine):
+    got = run_on(start(engine))
+    assert got["failed_cases"] == 0, got["failing"]
+    assert (got["schema_accuracy"], got["choice_accuracy"], got["reasoning_leaks"], got["answer_failures"]) == (
+        100.0, 100.0, 0, 0)
+
+
+def test_each_fault_knob_is_caught_by_its_figure(start):
+    thresholds = {"min_schema_accuracy": 98, "min_choice_accuracy": 95, "max_reasoning_leaks": 0,
+                  "max_answer_failures": 0}
+    tools = run_on(start("sglang"), KIMI_DOUBLE_TOOL_ERROR_RATE="0.1")
+    assert 80 <= tools["schema_accuracy"] <= 95 and tools["reasoning_leaks"] == 0
+    assert acc.judge(tools, thresholds)[0].startswith("schema accuracy")
+    leak = run_on(start("sglang"), KIMI_DOUBLE_THINK_LEAK="1")
+    assert leak["reasoning_leaks"] > 10 and leak["schema_accuracy"] == 100.0
+    assert any(r.endswith("reasoning leaks, at most 0 allowed") for r in acc.judge(leak, thresholds))
+    garbage = run_on(start("sglang"), KIMI_DOUBLE_GARBAGE_AFTER="0")
+    assert garbage["answer_failures"] > 5 and garbage["schema_accuracy"] == 0.0
