@@ -86,7 +86,10 @@ def check_schema(schema, where):
     if isinstance(schema.get("additionalProperties"), dict):
         check_schema(schema["additionalProperties"], where + ".*")
     if "pattern" in schema:
-        re.compile(schema["pattern"])
+        try:
+            re.compile(schema["pattern"])
+        except re.error as exc:
+            raise ProbeError("%s: pattern does not compile: %s" % (where, exc))
 
 
 def validate(value, schema, path="$"):
@@ -180,7 +183,10 @@ def load(doc, origin="the probe file"):
             raise ProbeError("%s: a %s case must say which tools it expects (expect.tools, [] for none)"
                              % (where, raw["category"]))
         if "answer_regex" in expect:
-            re.compile(expect["answer_regex"])
+            try:
+                re.compile(expect["answer_regex"])
+            except re.error as exc:
+                raise ProbeError("%s: expect.answer_regex does not compile: %s" % (where, exc))
         if raw["category"] == "needle" and not (raw.get("needle") or {}).get("code"):
             raise ProbeError("%s: a needle case needs needle.code" % where)
         for variant in raw.get("variants") or default_variants:
@@ -195,6 +201,18 @@ def load(doc, origin="the probe file"):
                 "expect": expect})
     if not cases:
         raise ProbeError("%s: no cases" % origin)
+    return cases
+
+
+def load_all(docs):
+    """The cases of several probe files, run together (a case id twice is refused)."""
+    cases, ids = [], set()
+    for index, doc in enumerate(docs):
+        for case in load(doc, "probe file %d" % (index + 1)):
+            if case["id"] in ids:
+                raise ProbeError("probe file %d: case %s is also in an earlier probe file" % (index + 1, case["case"]))
+            ids.add(case["id"])
+            cases.append(case)
     return cases
 
 

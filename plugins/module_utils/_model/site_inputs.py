@@ -225,6 +225,36 @@ INPUTS = (
         'C(kimi_deployment_hour_cost) carries it to the dashboard (cost per million tokens) and the benchmark report '
         'prints the cost per million output tokens at each concurrency. Unset - no cost anywhere.',
     )),
+    Input('kimi_verify_probes', 'bool', default=True, doc=(
+        "The accuracy gate (kimi.deploy.kimi_probes): after the verify gate of a (re)started engine, before it takes "
+        'traffic, the accuracy probes run against it - tool-call schema and choice accuracy, reasoning split, '
+        'deterministic answers, a long-context needle - and a failure rolls the switch back as a failed verify does. '
+        'False - verify only.',
+    )),
+    Input('kimi_verify_probe_file', 'path', doc=(
+        'A probe file on the controller, in the format of roles/kimi_probes/files/kimi-k26-probes.yml '
+        '(C(make probes-from-vendor) converts the vendor verifier\'s published cases into it); added to the shipped '
+        'probes, or instead of them with C(kimi_verify_probe_mode=replace).',
+    )),
+    Input('kimi_verify_probe_mode', 'str', default='add', choices=('add', 'replace'), doc=(
+        'C(add) - C(kimi_verify_probe_file) runs beside the shipped probes; C(replace) - instead of them.',
+    )),
+    Input('kimi_verify_min_schema_accuracy', 'float', default=98.0, doc=(
+        "The accuracy gate's least share of tool calls whose arguments validate against the tool's JSON schema (%).",
+    )),
+    Input('kimi_verify_min_choice_accuracy', 'float', default=95.0, doc=(
+        "The accuracy gate's least share of cases that called exactly the expected tools (none where none is needed) (%).",
+    )),
+    Input('kimi_verify_max_reasoning_leaks', 'int', default=0, doc=(
+        'The most cases whose content may hold reasoning (a think tag, or the reasoning text) in the accuracy gate.',
+    )),
+    Input('kimi_verify_max_answer_failures', 'int', default=0, doc=(
+        'The most deterministic, follow-up and needle answers the accuracy gate lets fail.',
+    )),
+    Input('kimi_verify_max_drop', 'float', default=2.0, doc=(
+        'The A/B: how many points an accuracy of the new identity may be below the stored result of the identity it '
+        'replaces (the same identity too: a layout or release change), on the same probes.',
+    )),
     Input('kimi_pd', 'str', field='pd_members', doc=(
         'Name of the prefill/decode disaggregated deployment this host belongs to. The kimi_servers hosts with '
         "the same name serve one endpoint together, each in its C(kimi_pd_role), behind the engine's own router "

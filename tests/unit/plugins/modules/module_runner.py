@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 COLLECTIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), *([os.pardir] * 4 + [".collections"]))
 
@@ -17,9 +18,14 @@ def run_module(module_path, params, env=None, check_mode=False, timeout=120, kee
         params["_ansible_check_mode"] = True
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join([os.path.normpath(COLLECTIONS)] + [p for p in sys.path if p])
-    result = subprocess.run([sys.executable, module_path, json.dumps({"ANSIBLE_MODULE_ARGS": params})], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout,
-                            check=False)
+    args = json.dumps({"ANSIBLE_MODULE_ARGS": params})
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as handle:
+        if len(args) > 4000:  # a long argument (a probe file) goes in a file, as Ansible's own args file does
+            handle.write(args)
+            handle.flush()
+            args = handle.name
+        result = subprocess.run([sys.executable, module_path, args], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout, check=False)
     try:
         out = json.loads(result.stdout)
     except ValueError:
