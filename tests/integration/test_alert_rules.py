@@ -26,7 +26,7 @@ DASHBOARD = os.path.join(ROLE, "files", "kimi-k26-dashboard.json")
 # Grafana's variables, as Grafana would interpolate them, so that promtool can parse the dashboard's queries.
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$instance": "gpu1|gpu2", "${datasource}": "prometheus"}
 IMAGE = os.environ.get("KIMI_PROMTOOL_IMAGE", "kimi-test/debian-systemd:trixie-docker")
-ALERTS = ["KimiEngineDown", "KimiVerifyFailing", "KimiKVCacheAlmostFull", "KimiQueueGrowing", "KimiGPUXidErrors",
+ALERTS = ["KimiEngineDown", "KimiVerifyFailing", "KimiAnswersWrong", "KimiKVCacheAlmostFull", "KimiQueueGrowing", "KimiGPUXidErrors",
           "KimiGPUMemoryErrors", "KimiGPUTooHot", "KimiWeightsDiskAlmostFull", "KimiReplicaMemberLost",
           "KimiRouterDown", "KimiPDWorkerDown", "KimiHostDown"]
 PREFIX = "kimi_monitoring_alert_"

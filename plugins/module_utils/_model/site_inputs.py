@@ -255,6 +255,14 @@ INPUTS = (
         'The A/B: how many points an accuracy of the new identity may be below the stored result of the identity it '
         'replaces (the same identity too: a layout or release change), on the same probes.',
     )),
+    Input('kimi_probe_interval', 'str', default='15min', doc=(
+        'How often the serving-time probe asks each serving host a sample of the accuracy probes (a systemd time '
+        'span, e.g. C(15min)); its series C(kimi_probe_accuracy) and C(kimi_probe_failures_total) feed the '
+        'C(KimiAnswersWrong) alert. Empty - no serving-time probe.',
+    )),
+    Input('kimi_probe_sample', 'int', default=8, doc=(
+        'Probe cases each serving-time run asks (a different slice each run; the needle is left out).',
+    )),
     Input('kimi_pd', 'str', field='pd_members', doc=(
         'Name of the prefill/decode disaggregated deployment this host belongs to. The kimi_servers hosts with '
         "the same name serve one endpoint together, each in its C(kimi_pd_role), behind the engine's own router "

@@ -1,7 +1,9 @@
 """kimi_probes: the gate's thresholds fall back to the site inputs' defaults (declared once, in site_inputs.py), and
 the role's defaults are its argument specs' (derived copies that must match)."""
+import json
 import os
 import re
+import sys
 
 import yaml
 
@@ -9,6 +11,10 @@ from ansible_collections.kimi.deploy.plugins.module_utils._model.site_inputs imp
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 ROLE = os.path.join(ROOT, "roles", "kimi_probes")
+sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "doubles"))
+import test_engine_double  # noqa: E402
+
+cache, start = test_engine_double.cache, test_engine_double.start  # its fixtures
 
 
 def load(*parts):
@@ -29,5 +35,50 @@ def test_the_thresholds_fall_back_to_the_site_inputs_defaults():
 
 def test_the_role_defaults_are_its_argument_specs():
     defaults = load("defaults", "main.yml")
-    options = load("meta", "argument_specs.yml")["argument_specs"]["gate"]["options"]
-    assert dict((k, options[k]["default"]) for k in defaults) == defaults
+    for entry in load("meta", "argument_specs.yml")["argument_specs"].values():
+        options = entry["options"]
+        assert dict((k, options[k]["default"]) for k in defaults if k in options) == dict(
+            (k, v) for k, v in defaults.items() if k in options)
+    named = set(k for e in load("meta", "argument_specs.yml")["argument_specs"].values() for k in e["options"])
+    assert set(defaults) <= named
+
+
+def probe_run(tmp_path, url, sample=8):
+    """kimi_probe.py as the timer runs it, from a folder laid out as the role installs it."""
+    import shutil
+    import subprocess
+    folder = tmp_path / "probe"
+    if not folder.exists():
+        folder.mkdir()
+        shutil.copy(os.path.join(ROLE, "files", "kimi_probe.py"), str(folder))
+        shutil.copy(os.path.join(ROOT, "plugins", "module_utils", "_accuracy.py"), str(folder))
+        (folder / "probes.json").write_text(json.dumps([load("files", "kimi-k26-probes.yml")]))
+        (tmp_path / "kimi-k26.env").write_text("QUANT=int4\nFRAMEWORK=sglang\nMODEL_NAME=kimi-k2.6\n")
+    done = subprocess.run([sys.executable, str(folder / "kimi_probe.py"), "--url", url, "--env-file",
+                           str(tmp_path / "kimi-k26.env"), "--probes", str(folder / "probes.json"), "--sample",
+                           str(sample), "--state", str(tmp_path / "state.json"), "--textfile",
+                           str(tmp_path / "kimi_probe.prom")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout
+    return done.stdout, (tmp_path / "kimi_probe.prom").read_text()
+
+
+def test_the_serving_time_probe_writes_its_series_and_sees_answers_turn_to_garbage(start, tmp_path):
+    """A sound engine: accuracy 1 and no failure, a different slice each run; after KIMI_DOUBLE_GARBAGE_AFTER the
+    accuracy falls and the failures count up (what KimiAnswersWrong fires on); an engine that is down changes
+    nothing but the time of the run."""
+    double = start("sglang")
+    url = "http://127.0.0.1:%d" % double.double.port
+    out, text = probe_run(tmp_path, url)
+    assert "int4-sglang: 8 of 8 answered cases passed" in out
+    assert 'kimi_probe_accuracy{identity="int4-sglang"} 1.0' in text
+    assert 'kimi_probe_failures_total{identity="int4-sglang"} 0' in text
+    first = json.loads((tmp_path / "state.json").read_text())["offset"]
+    double.double.env["KIMI_DOUBLE_GARBAGE_AFTER"] = "0"
+    out, text = probe_run(tmp_path, url)
+    assert "int4-sglang: 0 of 8 answered cases passed; failing: " in out
+    assert 'kimi_probe_accuracy{identity="int4-sglang"} 0.0' in text
+    assert 'kimi_probe_failures_total{identity="int4-sglang"} 8' in text
+    assert json.loads((tmp_path / "state.json").read_text())["offset"] == (first + 8) % 72  # the next slice
+    _out, down = probe_run(tmp_path, "http://127.0.0.1:9")
+    assert 'kimi_probe_accuracy{identity="int4-sglang"} 0.0' in down and "failures_total{identity=\"int4-sglang\"} 8" in down
