@@ -16,7 +16,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # ansible-lint 234 s -> 163 s on a cold cache).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup demo-setup demo demo-plan demo-bench bench-client router-client docs-venv docs ee demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean engine-flags site-specs readme
+.PHONY: help setup demo-setup demo demo-plan demo-bench bench-client router-client docs-venv docs ee demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean engine-flags site-specs readme probes-from-vendor
 
 help:  ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -138,6 +138,10 @@ clean:  ## Remove the virtualenv, the collection link and build output
 
 site-specs:  ## Write playbooks/vars/site_argument_specs.yml from the site inputs table (plugins/module_utils/_model/site_inputs.py)
 	$(BIN)/python tools/site_specs.py
+
+probes-from-vendor:  ## Convert the vendor verifier's JSONL test set into a probe file for kimi_verify_probe_file (IN=samples.jsonl OUT=my-probes.yml)
+	@test -n "$(IN)" -a -n "$(OUT)" || { echo "usage: make probes-from-vendor IN=samples.jsonl OUT=my-probes.yml [ARGS=--limit 200]" >&2; exit 1; }
+	$(BIN)/python tools/probes_from_vendor.py $(IN) $(OUT) $(ARGS)
 
 readme:  ## Rewrite the README's support matrix from the engine data (tools/support_matrix.py; a unit test compares them)
 	$(or $(wildcard $(BIN)/python),$(PYTHON)) tools/support_matrix.py --write
