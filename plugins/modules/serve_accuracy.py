@@ -89,6 +89,16 @@ options:
     description: Ask again even when a stored result of this identity on these probes exists.
     type: bool
     default: true
+  tool_calls:
+    description: The engine parses Kimi's tool calls (a deployment without a Kimi tool-call parser - its verify
+      leaves the tool check out - is asked the other cases only).
+    type: bool
+    default: true
+  reasoning_split:
+    description: The engine splits the reasoning out of C(content) (a Kimi reasoning parser). False - the deployment
+      says the thinking stays in C(content), so it is not counted as a leak and the answer is what follows it.
+    type: bool
+    default: true
 """
 
 EXAMPLES = r"""
@@ -198,6 +208,8 @@ def main():
             workers=dict(type="int", default=8),
             timeout=dict(type="int", default=300),
             force=dict(type="bool", default=True),
+            tool_calls=dict(type="bool", default=True),
+            reasoning_split=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -205,7 +217,7 @@ def main():
     if not IDENTITY_RE.match(p["identity"]):
         module.fail_json(msg="identity=%r is not <quant>-<engine>" % p["identity"])
     try:
-        cases = acc.load_all(p["probes"])
+        cases = acc.applicable(acc.load_all(p["probes"]), p["tool_calls"])
     except acc.ProbeError as exc:
         module.fail_json(msg="the probes are refused: %s" % exc)
     digest = hashlib.sha256(json.dumps(p["probes"], sort_keys=True).encode("utf-8")).hexdigest()[:16]
@@ -222,7 +234,7 @@ def main():
         module.exit_json(figures=stored, msg="unchanged since the last gate: " + line(stored, None), **out)
     outcomes, seconds = acc.run(cases, p["url"], p["served_model_name"], p["api_key"], p["ca_path"],
                                 workers=p["workers"], timeout=p["timeout"], max_tokens=p["max_tokens"],
-                                context_length=p["context_length"])
+                                context_length=p["context_length"], reasoning_split=p["reasoning_split"])
     figures = dict(acc.figures(outcomes), seconds=seconds, probes_digest=digest, identity=p["identity"])
     reasons = acc.judge(figures, p["thresholds"], before, p["max_drop"])
     out.update(figures=figures, reasons=reasons)

@@ -407,7 +407,11 @@ def test_a_switch_back_to_int4_sglang_with_eagle3_speculation_answers_through_ca
     The known EAGLE-3 draft (a small repo on the fake hub) is fetched, pinned and verified beside the checkpoint,
     SGLang's double loads it from the offline cache, the verify gate reads the acceptance from the engine's metrics,
     and the answers come through Caddy."""
-    out = make("demo", "GPUS=b200-x8", "QUANT=int4", "ENGINE=sglang", "SPEC=eagle3").flat
+    # the engine double turns to garbage after 150 requests (the gate's, verify's and these are fewer): the next test
+    # sees the serving-time probe catch it
+    out = make("demo", "GPUS=b200-x8", "QUANT=int4", "ENGINE=sglang", "SPEC=eagle3", "ARGS=-e "
+               + json.dumps({"kimi_test_fleet_env": {INSTANCE: {"KIMI_DOUBLE_GARBAGE_AFTER": "150"}}},
+                            separators=(",", ":"))).flat
     assert "demo: cutover: %s switched from w4a8-sglang to int4-sglang" % INSTANCE in out
     assert "Hello from the Kimi-K2.6 engine double (sglang)" in lines_of(out, "completion:")[0]
     assert re.search(r"get_weather\(.*Paris", lines_of(out, "tool call:")[0])
@@ -425,6 +429,27 @@ def test_a_switch_back_to_int4_sglang_with_eagle3_speculation_answers_through_ca
                      r"--speculative-eagle-topk 1 --speculative-num-draft-tokens 4", command), command
     text = metrics("/metrics", open(os.path.join(DIR, "metrics-key")).read().strip())[1]
     assert re.search(r"^sglang:spec_accept_length\{.*\} [0-9.]+$", text, re.M), text[:2000]
+
+
+def test_answers_turned_to_garbage_fire_kimi_answers_wrong_in_prometheus(first_run):
+    """The serving-time probe (kimi-k26-probe.timer, every 10 s here) asks the engine a slice of the accuracy probes;
+    once the double's answers are garbage (KIMI_DOUBLE_GARBAGE_AFTER above) its kimi_probe_accuracy falls and the real
+    Prometheus fires KimiAnswersWrong for the host and the identity. Before, the accuracy gate passed the identity and
+    stored its figures."""
+    stored = json.loads(host("cat", "/var/lib/kimi-k26/accuracy/int4-sglang.json"))
+    assert stored["failed_cases"] == 0 and stored["cases"] >= 60
+    assert host("systemctl", "is-active", "kimi-k26-probe.timer").strip() == "active"
+
+    def firing():
+        alerts = prometheus("/api/v1/alerts")["data"]["alerts"]
+        return [a for a in alerts if a["labels"]["alertname"] == "KimiAnswersWrong" and a["state"] == "firing"]
+    alert = wait_for("KimiAnswersWrong firing", firing, timeout=180, every=5)[0]
+    assert alert["labels"]["instance"] == INSTANCE and alert["labels"]["identity"] == "int4-sglang"
+    assert alert["labels"]["severity"] == "critical"
+    text = metrics("/metrics/node", open(os.path.join(DIR, "metrics-key")).read().strip())[1]
+    failures = re.search(r'^kimi_probe_failures_total\{identity="int4-sglang"\} ([0-9]+)$', text, re.M)
+    assert failures and int(failures.group(1)) > 0, text[-2000:]
+    assert "failing: " in host("journalctl", "-u", "kimi-k26-probe", "-n", "50", "--no-pager")
 
 
 def test_the_dashboard_names_only_series_prometheus_scraped(first_run):

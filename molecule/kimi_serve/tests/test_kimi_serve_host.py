@@ -50,3 +50,14 @@ def test_the_container_has_no_restart_policy_and_gets_the_gpus_through_cdi(host)
     assert mounts["/root/.cache/huggingface/modules"]["RW"] is True
     env = inspect["Config"]["Env"]
     assert "HF_HUB_OFFLINE=1" in env
+
+
+def test_the_accuracy_gate_stored_what_the_identity_scored(host):
+    """The converge's identity passed the accuracy gate: its figures on the shipped probes are kept, for the next
+    switch's A/B."""
+    result = host.file("/var/lib/kimi-k26/accuracy/int4-sglang.json")
+    assert result.user == "root" and result.mode == 0o644
+    figures = json.loads(result.content_string)
+    assert figures["identity"] == "int4-sglang" and figures["cases"] >= 60 and figures["failed_cases"] == 0
+    assert (figures["schema_accuracy"], figures["choice_accuracy"], figures["reasoning_leaks"]) == (100.0, 100.0, 0)
+    assert len(figures["outcomes"]) == figures["cases"]

@@ -76,18 +76,20 @@ def main(argv=None):
     parser.add_argument("--textfile", required=True, help="the .prom file the node exporter reads")
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--timeout", type=int, default=120)
+    parser.add_argument("--no-tool-calls", action="store_true", help="the engine has no Kimi tool-call parser")
+    parser.add_argument("--no-reasoning-split", action="store_true", help="the engine has no Kimi reasoning parser")
     args = parser.parse_args(argv)
     with open(args.env_file) as handle:
         env = dict(line.strip().split("=", 1) for line in handle if "=" in line and not line.startswith("#"))
     args.identity, args.model = "%s-%s" % (env.get("QUANT", "?"), env.get("FRAMEWORK", "?")), env.get("MODEL_NAME")
     with open(args.probes) as handle:
-        cases = acc.load_all(json.load(handle))
+        cases = acc.applicable(acc.load_all(json.load(handle)), not args.no_tool_calls)
     state = read_json(args.state, {})
     if state.get("identity") != args.identity:
         state = {"identity": args.identity, "offset": 0, "failures": 0, "accuracy": None}
     chosen, state["offset"] = sample(cases, args.sample, state.get("offset", 0))
     outcomes, _seconds = acc.run(chosen, args.url, args.model, workers=4, timeout=args.timeout,
-                                 max_tokens=args.max_tokens)
+                                 max_tokens=args.max_tokens, reasoning_split=not args.no_reasoning_split)
     answered = [o for o in outcomes if not any(p.startswith(("no answer", "HTTP 5")) for p in o["problems"])]
     if answered:
         state["accuracy"] = sum(1 for o in answered if o["ok"]) / float(len(answered))

@@ -196,3 +196,15 @@ def test_the_vendor_verifiers_requests_convert_into_cases_scored_on_their_schema
     double = start("sglang")
     outcomes, _s = acc.run(cases, "http://127.0.0.1:%d" % double.double.port, "kimi-k2.6")
     assert all(o["ok"] and o["calls_valid"] == 1 for o in outcomes), outcomes
+
+
+def test_an_engine_without_kimi_parsers_is_asked_what_it_can_answer():
+    """TensorRT-LLM 1.3 has no Kimi reasoning parser (the plan warns that the thinking stays in content): no leak is
+    counted there and the answer is what follows the think block; without a tool-call parser the tool cases are left
+    out, as the verify gate leaves out its tool check."""
+    multiply = next(c for c in acc.load(shipped()) if c["case"] == "deterministic-multiply")
+    inline = {"choices": [{"finish_reason": "stop", "message": {"content": "<think>17 times 23</think>391"}}]}
+    assert acc.score(multiply, acc.read_answer(inline), reasoning_split=False)["ok"]
+    assert acc.score(multiply, acc.read_answer(inline))["problems"] == ["reasoning leak: a think tag in content"]
+    left = acc.applicable(acc.load(shipped()), tool_calls=False)
+    assert left and set(c["category"] for c in left) == {"deterministic", "needle"}
