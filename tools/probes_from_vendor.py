@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Convert the vendor verifier's test set into a kimi.deploy probe file (make probes-from-vendor IN=... OUT=...).
 
 MoonshotAI/K2-Vendor-Verifier publishes its tool-call test set as JSONL, one OpenAI chat-completion request body a

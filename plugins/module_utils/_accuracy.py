@@ -175,8 +175,8 @@ def load(doc, origin="the probe file"):
         expect = raw.get("expect") or {}
         unknown = sorted(set(expect) - set(EXPECT_KEYS))
         if unknown:
-            raise ProbeError("%s: unknown expect field(s) %s (known: %s)" % (where, ", ".join(unknown),
-                                                                              ", ".join(EXPECT_KEYS)))
+            raise ProbeError("%s: unknown expect field(s) %s (known: %s)"
+                             % (where, ", ".join(unknown), ", ".join(EXPECT_KEYS)))
         offered = raw.get("tools") or []
         missing = [t for t in offered + list(expect.get("tools") or []) if t not in tools]
         if missing:
@@ -197,9 +197,9 @@ def load(doc, origin="the probe file"):
                 "id": "%s/%s%s" % (raw["id"], "think" if thinking else "nothink", "/stream" if stream else ""),
                 "case": raw["id"], "category": raw["category"], "thinking": thinking, "stream": stream,
                 "prompt": raw.get("prompt"), "messages": raw.get("messages"), "needle": raw.get("needle"),
-                "tools": [{"type": "function", "function": {"name": tools[t].get("name", t),
-                                                             "description": tools[t].get("description", ""),
-                                                             "parameters": tools[t]["parameters"]}} for t in offered],
+                "tools": [{"type": "function", "function": {
+                    "name": tools[t].get("name", t), "description": tools[t].get("description", ""),
+                    "parameters": tools[t]["parameters"]}} for t in offered],
                 "schemas": dict((tools[t].get("name", t), tools[t]["parameters"]) for t in offered),
                 "expect": expect})
     if not cases:
@@ -325,8 +325,8 @@ def score(case, answer, reasoning_split=True):
     if expect.get("answer_regex"):
         answer_ok = re.search(expect["answer_regex"], answer["content"]) is not None
         if not answer_ok:
-            problems.append("the answer does not match %s: %s" % (expect["answer_regex"],
-                                                                 " ".join(answer["content"].split())[:80] or "empty"))
+            problems.append("the answer does not match %s: %s"
+                            % (expect["answer_regex"], " ".join(answer["content"].split())[:80] or "empty"))
     return {"id": case["id"], "category": case["category"], "ok": not problems, "problems": problems,
             "calls": len(calls), "calls_valid": valid, "choice_ok": choice_ok, "leak": bool(leak),
             "answer_ok": answer_ok}

@@ -185,8 +185,8 @@ def line(figures, before):
         figures["schema_accuracy"], figures["choice_accuracy"], figures["reasoning_leaks"],
         figures["answer_failures"], figures["cases"], figures["seconds"])
     if before:
-        text += "; %s had %.2f%% and %.2f%%" % (before.get("identity"), before["schema_accuracy"],
-                                                 before["choice_accuracy"])
+        text += "; %s had %.2f%% and %.2f%%" % (
+            before.get("identity"), before["schema_accuracy"], before["choice_accuracy"])
     return text
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 # Copyright: kimi.deploy contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)

@@ -50,8 +50,8 @@ def test_the_validator_agrees_with_jsonschema_on_every_shipped_tool():
         schema = tool["parameters"]
         reference = jsonschema.Draft202012Validator(schema)
         for value in values(schema):
-            assert (acc.validate(value, schema) == []) == reference.is_valid(value), (name, value,
-                                                                                     acc.validate(value, schema))
+            found = acc.validate(value, schema)
+            assert (found == []) == reference.is_valid(value), (name, value, found)
 
 
 @pytest.mark.parametrize("doc, words", [
