@@ -11,7 +11,7 @@ VENV = os.path.join(ROOT, ".venv-docs")
 
 
 # The guides the README links to (docs/docsite/rst/<name>.rst), each listed in extra-docs.yml.
-GUIDES = ("inventory_and_secrets", "deployment_model", "fleets_and_replicas", "disaggregation", "speculation",
+GUIDES = ("inventory_and_secrets", "deployment_model", "fleets_and_replicas", "disaggregation", "speculation", "accuracy",
           "tensorrt_llm", "ascend", "operate", "airgap", "awx", "development")
 
 

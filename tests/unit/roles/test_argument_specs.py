@@ -32,9 +32,10 @@ def _computed(value):
     return isinstance(value, str) and value.strip().startswith("{{") and value.strip().endswith("}}")
 
 
-def test_the_twelve_roles_and_the_private_one_exist():
+def test_the_thirteen_roles_and_the_private_one_exist():
     assert ROLES == ["_image_archive", "ascend_host", "caddy_proxy", "kimi_bundle", "kimi_gateway", "kimi_image",
-                     "kimi_metrics", "kimi_monitoring", "kimi_router", "kimi_serve", "kimi_switch", "kimi_weights", "nvidia_host"]
+                     "kimi_metrics", "kimi_monitoring", "kimi_probes", "kimi_router", "kimi_serve", "kimi_switch",
+                     "kimi_weights", "nvidia_host"]
 
 
 @pytest.mark.parametrize("role", PRIVATE_ROLES)
