@@ -55,7 +55,7 @@ def convert(lines, limit=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("jsonl", help="the vendor verifier's test set (JSONL)")
     parser.add_argument("output", help="the probe file to write (YAML)")
     parser.add_argument("--limit", type=int, help="at most this many cases")

@@ -221,7 +221,7 @@ def serve(listen, upstream, metrics, retry=0.0):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--listen", required=True, help="host:port the tap listens on (Caddy's upstream)")
     parser.add_argument("--upstream", required=True, help="host:port of the router")
     parser.add_argument("--metrics", required=True, help="host:port of its Prometheus text")

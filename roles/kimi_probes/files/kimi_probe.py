@@ -66,7 +66,7 @@ def textfile(identity, accuracy, failures, now):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--url", required=True, help="the engine's API on the host")
     parser.add_argument("--env-file", required=True, help="the host's environment file: what serves now")
     parser.add_argument("--probes", required=True, help="a JSON list of probe files' contents")
