@@ -407,11 +407,7 @@ def test_a_switch_back_to_int4_sglang_with_eagle3_speculation_answers_through_ca
     The known EAGLE-3 draft (a small repo on the fake hub) is fetched, pinned and verified beside the checkpoint,
     SGLang's double loads it from the offline cache, the verify gate reads the acceptance from the engine's metrics,
     and the answers come through Caddy."""
-    # the engine double turns to garbage after 150 requests (the gate's, verify's and these are fewer): the next test
-    # sees the serving-time probe catch it
-    out = make("demo", "GPUS=b200-x8", "QUANT=int4", "ENGINE=sglang", "SPEC=eagle3", "ARGS=-e "
-               + json.dumps({"kimi_test_fleet_env": {INSTANCE: {"KIMI_DOUBLE_GARBAGE_AFTER": "150"}}},
-                            separators=(",", ":"))).flat
+    out = make("demo", "GPUS=b200-x8", "QUANT=int4", "ENGINE=sglang", "SPEC=eagle3").flat
     assert "demo: cutover: %s switched from w4a8-sglang to int4-sglang" % INSTANCE in out
     assert "Hello from the Kimi-K2.6 engine double (sglang)" in lines_of(out, "completion:")[0]
     assert re.search(r"get_weather\(.*Paris", lines_of(out, "tool call:")[0])
@@ -433,12 +429,14 @@ def test_a_switch_back_to_int4_sglang_with_eagle3_speculation_answers_through_ca
 
 def test_answers_turned_to_garbage_fire_kimi_answers_wrong_in_prometheus(first_run):
     """The serving-time probe (kimi-k26-probe.timer, every 10 s here) asks the engine a slice of the accuracy probes;
-    once the double's answers are garbage (KIMI_DOUBLE_GARBAGE_AFTER above) its kimi_probe_accuracy falls and the real
-    Prometheus fires KimiAnswersWrong for the host and the identity. Before, the accuracy gate passed the identity and
-    stored its figures."""
+    once the engine's answers turn to garbage in service (the double restarted on the host with
+    KIMI_DOUBLE_GARBAGE_AFTER=0, as a drift after hours would) its kimi_probe_accuracy falls and the real Prometheus
+    fires KimiAnswersWrong for the host and the identity. Before, the accuracy gate passed the identity and stored its
+    figures."""
     stored = json.loads(host("cat", "/var/lib/kimi-k26/accuracy/int4-sglang.json"))
     assert stored["failed_cases"] == 0 and stored["cases"] >= 60
     assert host("systemctl", "is-active", "kimi-k26-probe.timer").strip() == "active"
+    host("sh", "-c", "echo KIMI_DOUBLE_GARBAGE_AFTER=0 >> /etc/kimi-k26/container.env && systemctl restart kimi-k26")
 
     def firing():
         alerts = prometheus("/api/v1/alerts")["data"]["alerts"]
