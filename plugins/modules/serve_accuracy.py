@@ -141,10 +141,10 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kimi.deploy.plugins.module_utils import _accuracy as acc
+from ansible_collections.kimi.deploy.plugins.module_utils._files import atomic_write
 
 IDENTITY_RE = re.compile(r"^[a-z0-9]+-[a-z0-9-]+$")
 
@@ -172,12 +172,7 @@ def write_json(path, data):
     folder = os.path.dirname(path)
     if not os.path.isdir(folder):
         os.makedirs(folder, 0o755)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".accuracy-")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    os.chmod(tmp, 0o644)
-    os.rename(tmp, path)
+    atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def line(figures, before):
