@@ -159,7 +159,9 @@ passed=$((passed + mp)); failed=$((failed + mf))
 for result in "${KIMI_TEST_CACHE:-$root/.cache/kimi-test}"/logs/result-*; do  # a failed scenario's last error line
   s=${result##*/result-}
   [ "$s" = e2e ] || [ ! -f "$result" ] || [ "$(cut -d' ' -f1 <"$result")" = 0 ] && continue
-  why=$(grep -E 'fatal: |FAILED|Error|assert' "${result%/*}/molecule-$s.log" 2>/dev/null | tail -n 3 | tr -s ' \n' ' ')
+  # the first failure's line and what follows it (its msg), or molecule's own CRITICAL line (idempotence, converge)
+  why=$(grep -m1 -A8 -E '^fatal: \[|^failed: \[|FAILED! =>|CRITICAL|ERROR!' "${result%/*}/molecule-$s.log" 2>/dev/null \
+        | tr -s ' \n' ' ')
   echo "molecule/$s: ${why:0:600}" >>"$out/failed.txt"
 done
 rows+=("$(printf '%-22s %6ss  %s' molecule $((SECONDS - start)) "$mp passed, $mf failed")")
