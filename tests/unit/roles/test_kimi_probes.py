@@ -33,6 +33,18 @@ def test_the_thresholds_fall_back_to_the_site_inputs_defaults():
     assert set(found) == set(v for v in defaults if re.match(r"kimi_verify_(min|max)_", v))
 
 
+def test_the_probe_schedule_falls_back_to_the_site_inputs_defaults():
+    defaults = dict((i.variable, i.default) for i in INPUTS)
+    variables = load("vars", "main.yml")
+    for name, variable in (("_kimi_probes_interval", "kimi_probe_interval"),
+                           ("_kimi_probes_sample", "kimi_probe_sample")):
+        fallback = re.search(r"%s \| default\('?([^')]*)'?\)" % variable, variables[name]).group(1)
+        assert fallback == str(defaults[variable]), (variable, fallback, defaults[variable])
+    for template in os.listdir(os.path.join(ROLE, "templates")):  # the templates read the role's copies only
+        with open(os.path.join(ROLE, "templates", template)) as handle:
+            assert not re.search(r"\bkimi_probe_(interval|sample)\b", handle.read()), template
+
+
 def test_the_role_defaults_are_its_argument_specs():
     defaults = load("defaults", "main.yml")
     for entry in load("meta", "argument_specs.yml")["argument_specs"].values():
