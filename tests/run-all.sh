@@ -159,10 +159,22 @@ passed=$((passed + mp)); failed=$((failed + mf))
 for result in "${KIMI_TEST_CACHE:-$root/.cache/kimi-test}"/logs/result-*; do  # a failed scenario's last error line
   s=${result##*/result-}
   [ "$s" = e2e ] || [ ! -f "$result" ] || [ "$(cut -d' ' -f1 <"$result")" = 0 ] && continue
-  # the first failure's line and what follows it (its msg), or molecule's own CRITICAL line (idempotence, converge)
-  # (molecule's "molecule/default/molecule.yml' glob failed" at the start of every log is not a failure)
-  why=$(grep -v "glob failed" "${result%/*}/molecule-$s.log" 2>/dev/null \
-        | grep -m1 -A8 -E '^fatal: \[|^failed: \[|FAILED! =>|CRITICAL|ERROR!' | tr -s ' \n' ' ')
+  # the last failure not ignored (its fatal line and msg), and molecule's own CRITICAL lines (idempotence, converge)
+  why=$(python3 - "${result%/*}/molecule-$s.log" <<'PY' 2>/dev/null
+import re, sys
+blocks, cur = [], None
+for line in open(sys.argv[1], errors="replace"):
+    if re.match(r"(fatal|failed): \[", line):
+        cur = [line]; blocks.append(cur)
+    elif cur is not None and (line.startswith(("TASK [", "PLAY ", "RUNNING HANDLER")) or not line.strip()):
+        cur = None
+    elif cur is not None:
+        cur.append(line)
+real = [b for b in blocks if not any("...ignoring" in l for l in b)]
+critical = [l for l in open(sys.argv[1], errors="replace") if "CRITICAL" in l and "glob failed" not in l]
+print(" ".join(" ".join((real[-1] if real else [])[:12] + critical[-2:]).split()))
+PY
+)
   echo "molecule/$s: ${why:0:600}" >>"$out/failed.txt"
 done
 rows+=("$(printf '%-22s %6ss  %s' molecule $((SECONDS - start)) "$mp passed, $mf failed")")
