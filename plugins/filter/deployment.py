@@ -94,6 +94,16 @@ _value:
       description: Where a client on the host reaches the engine, e.g. C(http://127.0.0.1:30000) (a wildcard bind is
         reached over loopback).
       type: str
+    instances:
+      description: Engine instances on this host (the engine's data-parallel ranks under its one unit; C(dp)); the fit
+        is per instance.
+      type: int
+    layouts:
+      description: The layouts of this host ranked by expected throughput per GPU for C(kimi_workload), best first
+        (C(tp), C(instances), C(fits), C(kv_tokens), C(tok_s_per_gpu), C(basis), C(reason)), or null (a replica over
+        several hosts, a disaggregated deployment, an engine whose layout is fixed by its data).
+      type: list
+      elements: dict
     argv:
       description: Container command (see the engine_flags filter).
       type: list

@@ -4,6 +4,13 @@
 """The post-deploy benchmark (kimi.deploy.serve_bench) without the running: the aiperf config of a bounded
 concurrency sweep, aiperf's per-level results read into our summary, the comparison with a baseline, and the plot.
 
+Two workloads (WORKLOADS): `chat`, aiperf's synthetic single-turn prompts; `multi_turn`, a replay of agent-like
+sessions from a JSONL file this module writes (session_records: one system prompt shared by every session, then turns
+whose history aiperf resends with its live answers, so each turn's prompt starts with the previous one's - the prefixes
+a KV host tier turns into hits). aiperf 0.13.0 reads it as a file dataset of format multi_turn (aiperf/config/dataset/
+config.py FileDataset; aiperf/dataset/loader/multi_turn.py: {session_id, turns: [{text, role, delay, output_length}]},
+a leading system turn hoisted into every request), and stops a level after a number of sessions (phases[].sessions).
+
 aiperf (NVIDIA, pinned in requirements-bench.txt: 0.13.0) is driven by one config file (`aiperf profile --config
 FILE`): a zip sweep pairs each concurrency with its request count. For N levels it writes, under the artifact dir,
 one folder per level, `concurrency_<c>__requests_<n>/` (with one level: the artifact dir itself), holding
@@ -18,6 +25,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import glob
+import hashlib
 import json
 import math
 import os
@@ -35,12 +43,15 @@ RANDOM_SEED = 42
 # total timeout is shared out between the levels.
 LEVEL_OVERHEAD_S = 20
 MIN_LEVEL_S = 5
+WORKLOADS = ("chat", "multi_turn")
+SESSIONS_FILE = "sessions.jsonl"
 SUMMARY_FILE = "profile_export_aiperf.json"
 RECORDS_FILE = "profile_export.jsonl"
 MAX_ERRORS = 5  # distinct error messages kept per level
 # Our name -> (aiperf metric, statistic). Throughputs are whole-run averages; latencies are per-request percentiles.
 METRICS = (
     ("output_tokens_per_s", "output_token_throughput", "avg"),
+    ("total_tokens_per_s", "total_token_throughput", "avg"),
     ("requests_per_s", "request_throughput", "avg"),
     ("ttft_p50_ms", "time_to_first_token", "p50"),
     ("ttft_p99_ms", "time_to_first_token", "p99"),
@@ -48,6 +59,9 @@ METRICS = (
     ("itl_p99_ms", "inter_token_latency", "p99"),
     ("e2e_p50_ms", "request_latency", "p50"),
     ("e2e_p99_ms", "request_latency", "p99"),
+    # The prompt tokens the server says it served from its prefix cache (usage.prompt_tokens_details.cached_tokens,
+    # where the engine reports it): what a KV host tier should raise on the multi_turn workload.
+    ("cached_prompt_tokens_avg", "usage_prompt_cache_read_tokens", "avg"),
 )
 
 
@@ -87,12 +101,73 @@ def check_levels(levels):
     return sorted(levels)
 
 
+# ---- the multi-turn sessions ----------------------------------------------------------------------------------
+# Plain English words, one token each in Kimi's (tiktoken-style) vocabulary, so that a word count approximates tokens.
+VOCABULARY = tuple(
+    "the of and to in is was for on that with as by at from this be are or an which not have it but all they "
+    "one had can has were their more will other would some time new these two may first any only also after "
+    "into over such where most made between each well many before must through back years much your way down "
+    "should because long used both work under never same another life while last might great old year off "
+    "come since against right take three state small large number place point group world house system "
+    "program water service table order value result market report level field".split())
+
+
+def _words(seed, count):
+    """`count` deterministic words (about one token each for Kimi's tokenizer) drawn from `seed` with SHA-256: the
+    same file on every Python and host, so that runs compare."""
+    out, block = [], 0
+    while len(out) < count:
+        digest = hashlib.sha256(("%s/%d" % (seed, block)).encode()).digest()
+        out.extend(VOCABULARY[b % len(VOCABULARY)] for b in digest)
+        block += 1
+    return " ".join(out[:count])
+
+
+def session_records(sessions, turns, input_tokens, output_tokens, system_tokens=2048, turn_delay_ms=0):
+    """The multi_turn dataset: `sessions` sessions of `turns` user turns, each asking for `output_tokens`. Every
+    session starts with the same system prompt of about `system_tokens` tokens (an agent's instructions and tool
+    definitions: a prefix shared across sessions); each user turn adds about `input_tokens` tokens of its own, and
+    aiperf sends each turn with the whole history before it (a prefix shared within the session). turn_delay_ms: the
+    think time before each turn after the first. Deterministic: the same arguments give the same records."""
+    for name, value, low in (("sessions", sessions, 1), ("turns", turns, 1), ("input_tokens", input_tokens, 1),
+                             ("output_tokens", output_tokens, 1), ("system_tokens", system_tokens, 0),
+                             ("turn_delay_ms", turn_delay_ms, 0)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise BenchError("%s must be an integer of at least %d, got %r" % (name, low, value))
+    system = ("You are a coding agent. Follow the instructions and use the tools described. "
+              + _words("system", system_tokens))
+    records = []
+    for session in range(sessions):
+        items = [{"role": "system", "text": system}] if system_tokens else []
+        for turn in range(turns):
+            item = {"text": "Step %d. %s" % (turn + 1, _words("s%d/t%d" % (session, turn), input_tokens)),
+                    "output_length": int(output_tokens)}
+            if turn and turn_delay_ms:
+                item["delay"] = int(turn_delay_ms)
+            items.append(item)
+        records.append({"session_id": "kimi-bench-%04d" % session, "turns": items})
+    return records
+
+
+def render_sessions(records):
+    """The JSONL text of the records (one session a line, keys sorted)."""
+    return "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in records)
+
+
 def build_config(url, model, tokenizer, artifact_dir, levels, requests_per_level, input_tokens, output_tokens,
-                 timeout, api_key=True, ignore_eos=True):
+                 timeout, api_key=True, ignore_eos=True, workload="chat", sessions_path=None):
     """aiperf's config (a dict; JSON is valid YAML for its loader) for one bounded sweep. With api_key true, the
-    endpoint's key is the reference ${KIMI_BENCH_API_KEY}: the value itself is never in the file."""
+    endpoint's key is the reference ${KIMI_BENCH_API_KEY}: the value itself is never in the file.
+    workload multi_turn: the dataset is the sessions file at sessions_path (session_records) and each level stops
+    after its number of sessions (requests_per_level then counts sessions, at least one per concurrent stream)."""
+    if workload not in WORKLOADS:
+        raise BenchError("workload must be one of %s, got %r" % (", ".join(WORKLOADS), workload))
+    if workload == "multi_turn" and not sessions_path:
+        raise BenchError("the multi_turn workload needs its sessions file (sessions_path)")
     levels = check_levels(list(levels))
-    requests = [requests_for_level(lv, requests_per_level) for lv in levels]
+    count = "sessions" if workload == "multi_turn" else "requests"
+    requests = [requests_for_level(lv, requests_per_level) if count == "requests" else max(int(requests_per_level), lv)
+                for lv in levels]
     duration, grace = level_time_limit(timeout, levels)
     endpoint = {"url": url.rstrip("/"), "type": "chat", "streaming": True, "useServerTokenCount": True,
                 "timeout": float(timeout)}
@@ -104,9 +179,10 @@ def build_config(url, model, tokenizer, artifact_dir, levels, requests_per_level
         "model": model,
         "endpoint": endpoint,
         "tokenizer": {"name": tokenizer, "trustRemoteCode": True},
-        "dataset": {"type": "synthetic", "entries": max(requests),
-                    "prompts": {"isl": int(input_tokens), "osl": int(output_tokens)}},
-        "phases": [{"name": "profiling", "type": "concurrency", "concurrency": levels[0], "requests": requests[0],
+        "dataset": ({"type": "synthetic", "entries": max(requests),
+                     "prompts": {"isl": int(input_tokens), "osl": int(output_tokens)}} if count == "requests" else
+                    {"type": "file", "path": sessions_path, "format": "multi_turn", "sampling": "sequential"}),
+        "phases": [{"name": "profiling", "type": "concurrency", "concurrency": levels[0], count: requests[0],
                     "duration": duration, "gracePeriod": grace}],
         "serverMetrics": {"enabled": False},
         "gpuTelemetry": {"enabled": False},
@@ -116,7 +192,7 @@ def build_config(url, model, tokenizer, artifact_dir, levels, requests_per_level
     config = {"schemaVersion": "2.0", "randomSeed": RANDOM_SEED, "benchmark": benchmark}
     if len(levels) > 1:
         config["sweep"] = {"type": "zip", "parameters": {"phases.profiling.concurrency": levels,
-                                                         "phases.profiling.requests": requests}}
+                                                         "phases.profiling.%s" % count: requests}}
     return config
 
 
@@ -130,12 +206,14 @@ def build_argv(aiperf, config_path):
 
 
 def sweep_plan(config):
-    """[(concurrency, requests)] in the order aiperf runs them."""
+    """[(concurrency, requests)] in the order aiperf runs them; with the multi_turn workload, (concurrency,
+    sessions)."""
+    count = "sessions" if "sessions" in config["benchmark"]["phases"][0] else "requests"
     sweep = (config.get("sweep") or {}).get("parameters")
     if sweep:
-        return list(zip(sweep["phases.profiling.concurrency"], sweep["phases.profiling.requests"]))
+        return list(zip(sweep["phases.profiling.concurrency"], sweep["phases.profiling.%s" % count]))
     phase = config["benchmark"]["phases"][0]
-    return [(phase["concurrency"], phase["requests"])]
+    return [(phase["concurrency"], phase[count])]
 
 
 # ---- aiperf's results -----------------------------------------------------------------------------------------
@@ -244,10 +322,14 @@ def parse_level(folder, concurrency, requests, base=None):
     return entry
 
 
-def parse_results(artifact_dir, plan, base=None):
-    """[level entry] for the (concurrency, requests) plan, from aiperf's artifact dir."""
+def parse_results(artifact_dir, plan, base=None, turns=None):
+    """[level entry] for the (concurrency, requests) plan, from aiperf's artifact dir. turns: the plan counts
+    sessions of that many turns (multi_turn); each entry then has `sessions` and requests = sessions x turns."""
     folders = _level_dirs(artifact_dir, plan)
-    levels = [parse_level(folders.get(c), c, n, base) for c, n in plan]
+    levels = [parse_level(folders.get(c), c, n * turns if turns else n, base) for c, n in plan]
+    if turns:
+        for level, (_c, n) in zip(levels, plan):
+            level["sessions"] = n
     return levels
 
 
@@ -265,6 +347,8 @@ def summarize(levels, identity, host, timestamp, url, model, settings, label="",
     clean = [dict((k, v) for k, v in lv.items() if k != "client_version") for lv in levels]
     for lv in clean:
         lv["cost_per_million_output_tokens"] = per_million_tokens(hour_cost, lv.get("output_tokens_per_s"))
+        # prompt and output tokens together: the multi_turn workload's prompts are most of its tokens
+        lv["cost_per_million_tokens"] = per_million_tokens(hour_cost, lv.get("total_tokens_per_s"))
     return {
         "hour_cost": hour_cost,
         "schema": SCHEMA, "identity": identity, "host": host, "label": label or "", "timestamp": timestamp,
@@ -325,10 +409,10 @@ def result_stem(host, identity, stamp):
     return "%s-%s-%s" % (safe_name(host), safe_name(identity), stamp)
 
 
-def find_last_run(result_dir, host, identity, before):
-    """(path, summary) of the newest complete result in result_dir for this host AND identity with a timestamp
-    earlier than `before` (ISO text), or (None, None). The files' contents decide, not their names; a run that was
-    killed or missed a level (complete: false) is never a baseline."""
+def find_last_run(result_dir, host, identity, before, workload="chat"):
+    """(path, summary) of the newest complete result in result_dir for this host AND identity AND workload with a
+    timestamp earlier than `before` (ISO text), or (None, None). The files' contents decide, not their names; a run
+    that was killed or missed a level (complete: false) is never a baseline."""
     best = (None, None)
     for path in glob.glob(os.path.join(result_dir, "*.json")):
         try:
@@ -339,6 +423,8 @@ def find_last_run(result_dir, host, identity, before):
         if not isinstance(data, dict) or data.get("schema") != SCHEMA or data.get("complete") is False:
             continue
         if data.get("host") != host or data.get("identity") != identity:
+            continue
+        if ((data.get("config") or {}).get("workload") or "chat") != workload:
             continue
         stamp = str(data.get("timestamp") or "")
         if stamp >= before:

@@ -23,6 +23,12 @@ description:
   - "Writes C(<result_dir>/<host>-<identity>-<UTC time>.json) (the summary: per concurrency requests ok and failed,
     output tokens/s, requests/s, TTFT, ITL and end-to-end latency p50 and p99), a C(.png) plot beside it, and aiperf's
     own files in C(<same name>.aiperf/)."
+  - "O(workload=multi_turn) replays agent-like sessions instead: the module writes C(sessions.jsonl) into aiperf's
+    folder (deterministic: O(sessions_per_level) sessions per level of O(turns) turns, one system prompt of about
+    O(system_tokens) tokens shared by every session, about O(input_tokens) new tokens per turn), and aiperf sends each
+    turn with the session's whole history and its live answers (a file dataset of format C(multi_turn)), so that
+    each turn's prompt starts with the previous one's - what a KV host tier (C(kimi_kv_offload)) turns into hits. Each
+    level stops after its sessions; its summary counts C(sessions) and requests (sessions x turns)."
   - Compares the output throughput with O(baseline), or when none is given with the newest earlier complete result
     in O(result_dir) for the same O(host) and O(identity) (the last run). The ratio is the geometric mean of the
     per-concurrency ratios over the concurrencies both runs measured.
@@ -66,6 +72,28 @@ options:
     description: Output tokens asked for per request (C(max_completion_tokens)).
     type: int
     default: 1024
+  workload:
+    description: V(chat) (synthetic single-turn prompts) or V(multi_turn) (a replay of multi-turn sessions with
+      shared prefixes). A last run only counts as a baseline for the same workload.
+    type: str
+    choices: [chat, multi_turn]
+    default: chat
+  sessions_per_level:
+    description: V(multi_turn) - sessions run at each concurrency (at least the concurrency).
+    type: int
+    default: 16
+  turns:
+    description: V(multi_turn) - user turns per session.
+    type: int
+    default: 4
+  system_tokens:
+    description: V(multi_turn) - about how many tokens the system prompt every session shares has (0 - none).
+    type: int
+    default: 2048
+  turn_delay_ms:
+    description: V(multi_turn) - think time before each turn after the first, milliseconds.
+    type: int
+    default: 0
   ignore_eos:
     description: Send C(ignore_eos) so that the engine writes the full O(output_tokens) (vLLM, SGLang, TensorRT-LLM).
     type: bool
@@ -194,8 +222,11 @@ summary:
       type: bool
     levels:
       description: Per concurrency - C(concurrency), C(requests), C(requests_ok), C(requests_failed),
-        C(output_tokens_per_s), C(requests_per_s), C(ttft_p50_ms), C(ttft_p99_ms), C(itl_p50_ms), C(itl_p99_ms),
-        C(e2e_p50_ms), C(e2e_p99_ms), C(errors) (distinct messages) and C(artifacts) (aiperf's folder).
+        C(output_tokens_per_s), C(total_tokens_per_s) (prompt and output), C(requests_per_s), C(ttft_p50_ms),
+        C(ttft_p99_ms), C(itl_p50_ms), C(itl_p99_ms),
+        C(e2e_p50_ms), C(e2e_p99_ms), C(cached_prompt_tokens_avg) (where the server reports it),
+        C(cost_per_million_output_tokens) and C(cost_per_million_tokens) (with O(hour_cost)), C(errors) (distinct
+        messages), C(artifacts) (aiperf's folder) and, for V(multi_turn), C(sessions).
       type: list
       elements: dict
 ratio:
@@ -251,8 +282,9 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kimi.deploy.plugins.module_utils._bench import (
-    API_KEY_ENV, BenchError, build_argv, build_config, compare, find_last_run, load_summary, measured, parse_results,
-    plot_command, plot_png, interpreter_of, render_config, result_stem, summarize, sweep_plan,
+    API_KEY_ENV, SESSIONS_FILE, BenchError, build_argv, build_config, compare, find_last_run, load_summary, measured,
+    parse_results, plot_command, plot_png, interpreter_of, render_config, render_sessions, result_stem,
+    session_records, summarize, sweep_plan,
 )
 from ansible_collections.kimi.deploy.plugins.module_utils._files import atomic_write
 
@@ -276,6 +308,8 @@ class Bench(object):
         self.artifact_dir = os.path.join(self.result_dir, stem + ".aiperf")
         self.config_path = os.path.join(self.artifact_dir, "aiperf-config.yaml")
         self.log_path = os.path.join(self.artifact_dir, "aiperf-output.log")
+        self.sessions_path = os.path.join(self.artifact_dir, SESSIONS_FILE)
+        self.multi_turn = params.get("workload") == "multi_turn"
         self.warnings = []
 
     # ---- inputs -------------------------------------------------------------------------------------------
@@ -284,7 +318,7 @@ class Bench(object):
         p = self.p
         if not p["url"].startswith(("http://", "https://")):
             raise BenchError("url must be an http(s) base URL such as https://gpu-01.example.internal, got %r" % p["url"])
-        for name in ("requests_per_level", "input_tokens", "output_tokens", "timeout"):
+        for name in ("requests_per_level", "input_tokens", "output_tokens", "timeout", "sessions_per_level", "turns"):
             if p[name] < 1:
                 raise BenchError("%s must be at least 1, got %s" % (name, p[name]))
         if p["min_ratio"] is not None and p["min_ratio"] <= 0:
@@ -303,9 +337,17 @@ class Bench(object):
 
     def config(self):
         p = self.p
+        count = p["sessions_per_level"] if self.multi_turn else p["requests_per_level"]
         return build_config(p["url"], p["model"], os.path.abspath(p["tokenizer"]), self.artifact_dir, p["levels"],
-                            p["requests_per_level"], p["input_tokens"], p["output_tokens"], p["timeout"],
-                            api_key=bool(p["api_key"]), ignore_eos=p["ignore_eos"])
+                            count, p["input_tokens"], p["output_tokens"], p["timeout"],
+                            api_key=bool(p["api_key"]), ignore_eos=p["ignore_eos"], workload=p["workload"],
+                            sessions_path=self.sessions_path if self.multi_turn else None)
+
+    def sessions(self, config):
+        """The multi_turn sessions file's text: enough sessions for the largest level (aiperf reads them in order)."""
+        p = self.p
+        return render_sessions(session_records(max(n for _c, n in sweep_plan(config)), p["turns"], p["input_tokens"],
+                                               p["output_tokens"], p["system_tokens"], p["turn_delay_ms"]))
 
     def settings(self, config):
         """The summary's `config`: what was asked, in our words."""
@@ -315,13 +357,17 @@ class Bench(object):
                 "output_tokens": p["output_tokens"], "ignore_eos": p["ignore_eos"], "streaming": True,
                 "server_token_counts": True, "timeout_s": p["timeout"], "level_duration_s": phase["duration"],
                 "level_grace_s": phase["gracePeriod"], "tokenizer": os.path.abspath(p["tokenizer"]),
-                "ca_file": p["ca_file"] or None, "random_seed": config["randomSeed"]}
+                "ca_file": p["ca_file"] or None, "random_seed": config["randomSeed"], "workload": p["workload"],
+                "multi_turn": ({"sessions": dict((str(c), n) for c, n in sweep_plan(config)), "turns": p["turns"],
+                                "system_tokens": p["system_tokens"], "turn_delay_ms": p["turn_delay_ms"],
+                                "sessions_file": self.sessions_path} if self.multi_turn else None)}
 
     def baseline(self):
         """(path, summary, source)."""
         if self.p["baseline"]:
             return self.p["baseline"], load_summary(self.p["baseline"]), "given"
-        path, data = find_last_run(self.result_dir, self.p["host"], self.p["identity"], self.timestamp)
+        path, data = find_last_run(self.result_dir, self.p["host"], self.p["identity"], self.timestamp,
+                                   workload=self.p["workload"])
         return (path, data, "last run") if path else (None, None, "none")
 
     # ---- running ------------------------------------------------------------------------------------------
@@ -394,6 +440,7 @@ class Bench(object):
         self.aiperf = self.validate()
         config = self.config()
         argv = build_argv(self.aiperf, self.config_path)
+        sessions = self.sessions(config) if self.multi_turn else None  # refuses bad session settings in check mode too
         base_path, base, source = self.baseline()
         out = dict(changed=False, argv=argv, config=config, json_path=self.json_path, png_path=None,
                    artifact_dir=self.artifact_dir, baseline=base_path, baseline_source=source, summary=None,
@@ -401,15 +448,20 @@ class Bench(object):
         if check_mode:
             out["png_path"] = self.png_path
             out["message"] = "would run %s (%s) against %s and compare with %s" % (
-                " ".join(argv), ", ".join("concurrency %d: %d requests" % level for level in sweep_plan(config)),
+                " ".join(argv), ", ".join("concurrency %%d: %%d %s" % ("sessions of %d turns" % self.p["turns"]
+                                                                        if self.multi_turn else "requests") % level
+                                          for level in sweep_plan(config)),
                 self.p["url"], "%s (%s)" % (base_path, source) if base_path else "nothing (no baseline)")
             return None, out
 
         os.makedirs(self.artifact_dir)
         atomic_write(self.config_path, render_config(config))
+        if sessions is not None:
+            atomic_write(self.sessions_path, sessions)
         code, seconds = self.run_aiperf(argv)
         plan = sweep_plan(config)
-        levels = parse_results(self.artifact_dir, plan, base=self.result_dir)
+        levels = parse_results(self.artifact_dir, plan, base=self.result_dir,
+                               turns=self.p["turns"] if self.multi_turn else None)
         summary = summarize(levels, self.p["identity"], self.p["host"], self.timestamp, self.p["url"],
                             self.p["model"], self.settings(config), label=self.p["label"], duration_s=seconds,
                             exit_code=code, hour_cost=self.p["hour_cost"])
@@ -431,6 +483,10 @@ class Bench(object):
                           if lv.get("cost_per_million_output_tokens") is not None)
         if costs:
             text += "; cost per million output tokens %s (%g per hour)" % (costs, summary["hour_cost"])
+        every = ", ".join("%.4g @%d" % (lv["cost_per_million_tokens"], lv["concurrency"]) for lv in done
+                          if lv.get("cost_per_million_tokens") is not None)
+        if every:
+            text += "; per million tokens (prompt and output) %s" % every
         failed = sum(lv["requests_failed"] for lv in summary["levels"])
         if failed:
             text += "; %d requests failed" % failed
@@ -478,6 +534,11 @@ def main():
             input_tokens=dict(type="int", default=1024, no_log=False),
             output_tokens=dict(type="int", default=1024, no_log=False),
             ignore_eos=dict(type="bool", default=True),
+            workload=dict(type="str", choices=["chat", "multi_turn"], default="chat"),
+            sessions_per_level=dict(type="int", default=16),
+            turns=dict(type="int", default=4),
+            system_tokens=dict(type="int", default=2048, no_log=False),
+            turn_delay_ms=dict(type="int", default=0),
             timeout=dict(type="int", default=1800),
             tokenizer=dict(type="path", required=True, no_log=False),
             aiperf=dict(type="str", default="aiperf"),

@@ -153,6 +153,22 @@ ready_line:
   returned: always
   type: str
   sample: "INFO:     Application startup complete."
+compile:
+  description:
+    - The engine's kernel compile phase as its log says (the engine data's compile lines), or null when the log says
+      nothing of it. V(compiling) (torch.compile, DeepGEMM JIT or autotuning under way), V(compiled), or V(cached)
+      (the kernels came from the kernel cache).
+  returned: always
+  type: dict
+  contains:
+    phase:
+      description: V(compiling), V(compiled) or V(cached).
+      type: str
+      sample: compiled
+    line:
+      description: The log line it was read from (prefix removed).
+      type: str
+      sample: torch.compile takes 45.30 s in total
 moe_dispatch:
   description:
     - vLLM only (null for SGLang, and when the log names no NVFP4 MoE backend, as for INT4) - the NVFP4 MoE path the
@@ -325,6 +341,7 @@ class ServeReady(object):
             "changed": False, "state": state, "elapsed_s": round(self.clock() - self.started, 1),
             "ready_line": self.watch.ready_line,
             "moe_dispatch": self.watch.moe_dispatch if self.p["engine"] == "vllm" else None,
+            "compile": self.watch.compile,
             "log_tail": list(self.watch.tail), "diagnosis": self.watch.diagnosis,
             "unit_state": dict((k, self.unit_state.get(k)) for k in ("ActiveState", "SubState", "NRestarts")),
         }
@@ -437,7 +454,7 @@ def main():
     )
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: not waiting for %s" % module.params["unit"],
-                         elapsed_s=0.0, ready_line=None, moe_dispatch=None, log_tail=[], diagnosis=[])
+                         elapsed_s=0.0, ready_line=None, moe_dispatch=None, compile=None, log_tail=[], diagnosis=[])
     check_params(module)
     failed, result = ServeReady(module.params, lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C"})).run()
     if failed:

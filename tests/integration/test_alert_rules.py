@@ -28,7 +28,7 @@ GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$instance": "gpu1|gpu2", "${data
 IMAGE = os.environ.get("KIMI_PROMTOOL_IMAGE", "kimi-test/debian-systemd:trixie-docker")
 ALERTS = ["KimiEngineDown", "KimiVerifyFailing", "KimiAnswersWrong", "KimiKVCacheAlmostFull", "KimiQueueGrowing", "KimiGPUXidErrors",
           "KimiGPUMemoryErrors", "KimiGPUTooHot", "KimiWeightsDiskAlmostFull", "KimiReplicaMemberLost",
-          "KimiRouterDown", "KimiPDWorkerDown", "KimiHostDown"]
+          "KimiReplicaRecovering", "KimiReplicaDown", "KimiRouterDown", "KimiPDWorkerDown", "KimiHostDown"]
 PREFIX = "kimi_monitoring_alert_"
 
 

@@ -306,6 +306,21 @@ def test_site_refuses_a_wrong_head_address_naming_each_host_and_the_port(tmp_pat
     assert_nothing_changed(out, "gpu1", "gpu2")
 
 
+def test_site_waits_for_a_replica_recovery_in_progress_then_refuses_naming_its_lock(tmp_path):
+    """The replica's watchdog holds its lock file while it restarts the replica: a converge waits for it
+    (kimi_serve_replica_lock_wait), then refuses before any change, naming the lock (a lock of the test's own here)."""
+    lock = tmp_path / "recovery.lock"
+    lock.write_text("1 kimi-k26-watchdog recovering replica r1\n")
+    inventory = replica_inventory(tmp_path, [("gpu1", {"kimi_replica": "r1"}), ("gpu2", {"kimi_replica": "r1"})])
+    rc, out = site_on_h100s(inventory, "-e", "kimi_replica_head_address=127.0.0.1", "-e", "kimi_replica_port=29519",
+                            "-e", "kimi_serve_replica_lock_wait=2", "-e", "_kimi_serve_watchdog_lock=%s" % lock)
+    assert rc != 0
+    flat = re.sub(r"\s+", " ", out)
+    assert "kimi-k26-watchdog is recovering replica r1 (%s exists, 2 s waited, kimi_serve_replica_lock_wait)" % lock \
+        in flat, out[-3000:]
+    assert_nothing_changed(out, "gpu1", "gpu2")
+
+
 def test_site_refuses_a_replica_whose_hosts_are_listed_apart(tmp_path):
     inventory = replica_inventory(tmp_path, [("gpu1", {"kimi_replica": "r1"}), ("solo", {"kimi_allow_unfit": "true"}),
                                              ("gpu2", {"kimi_replica": "r1"})])

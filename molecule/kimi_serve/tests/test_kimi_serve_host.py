@@ -48,6 +48,9 @@ def test_the_container_has_no_restart_policy_and_gets_the_gpus_through_cdi(host)
     mounts = {m["Destination"]: m for m in inspect["Mounts"]}
     assert mounts["/root/.cache/huggingface/hub"]["RW"] is False
     assert mounts["/root/.cache/huggingface/modules"]["RW"] is True
+    # the kernel cache of the deployment's key (issue 39), writable: the engine compiles into it
+    assert mounts["/root/.cache/kimi-kernels"]["RW"] is True
+    assert mounts["/root/.cache/kimi-kernels"]["Source"].startswith("/var/cache/kimi-k26/kernels/sglang-0.5.12.post1-")
     env = inspect["Config"]["Env"]
     assert "HF_HUB_OFFLINE=1" in env
 

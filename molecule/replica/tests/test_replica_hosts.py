@@ -49,3 +49,16 @@ def test_only_the_head_serves_http_and_runs_caddy(host):
     assert serves is is_head(host) and proxies is is_head(host), sockets
     if is_head(host):
         assert any(s.endswith(":29500") for s in sockets)  # the rendezvous, held by the engine for its life
+
+
+def test_the_replica_watchdog_runs_on_every_host_with_its_secret_private(host):
+    assert host.service("kimi-k26-watchdog").is_enabled and host.service("kimi-k26-watchdog").is_running
+    secret = host.file("/etc/kimi-k26/watchdog.secret")
+    assert secret.mode == 0o600 and secret.user == "root" and len(secret.content_string.strip()) >= 32
+    settings = json.loads(host.file("/etc/kimi-k26/watchdog.json").content_string)
+    assert [(m["host"], m["rank"]) for m in settings["members"]] == [(HEAD, 0), ("kimi-replica-2", 1)]
+    assert settings["drain_file"] == "/etc/caddy/kimi-draining"  # caddy_proxy's, read from its defaults
+    assert secret.content_string.strip() not in host.file("/etc/kimi-k26/watchdog.json").content_string
+    assert secret.content_string.strip() not in host.check_output("ps -eo args")  # never in argv
+    me = [m for m in settings["members"] if m["host"] == host.backend.name][0]
+    assert "tcp://%s:%d" % (me["listen"], settings["port"]) in host.socket.get_listening_sockets()

@@ -8,6 +8,7 @@
   KV cache, CUDA graph capture, ...), shortened to one display line;
 - KNOWN_FAILURES and diagnose(): the runbook's start-up failures, each mapped to its cause and the fix (in terms of
   the collection's variables);
+- COMPILE_LINES and compile_phase(): the kernel compile phase (compiling, compiled, or found in the cache);
 - moe_dispatch(): which NVFP4 MoE path vLLM dispatched (native FP4 vs the Marlin fallback), read from its log the
   way the runbook's assert-native step does;
 - systemd's own lines about an automatic restart of the unit;
@@ -60,6 +61,40 @@ PROGRESS_RE = re.compile(
     r"|Uvicorn running on|Starting vLLM API server|Waiting for application startup"
     r"|End of prefill warmup|Waiting for (?:the )?GPUs|GPUs (?:are )?free",
     re.IGNORECASE)
+
+# The compile phase (kernel caches, issue 39): the lines each engine logs when it compiles or autotunes kernels at
+# start-up, and when it found them in its cache instead. readiness reports the phase (compiling, compiled, cached).
+#   vLLM compilation/backends.py: "Using cache directory: <VLLM_CACHE_ROOT>/torch_compile_cache/<hash>/rank_0_0 for
+#   vLLM's torch.compile", "Compiling a graph for dynamic shape takes 41.20 s" (a miss) or "Directly load the compiled
+#   graph(s) for dynamic shape from the cache, took 3.012 s" (a hit); compilation/monitor.py: "torch.compile takes
+#   45.30 s in total".
+#   SGLang deep_gemm_wrapper/compile_utils.py: "Entering DeepGEMM JIT Pre-Compile session. It may take a long time
+#   (typically 10-20 mins) ..." (a miss, logged by the first rank of the node); a hit logs nothing of its own.
+#   FlashInfer's autotuner (TensorRT-LLM's PyTorch backend, vLLM's FlashInfer MoE): "[Autotuner]: Autotuning process
+#   starts ..." / "[Autotuner]: Autotuning process ends".
+# "[engine double]" lines are the engine double's own (it says when it found its cache).
+COMPILE_LINES = {
+    "vllm": {"compiling": r"Compiling a graph for dynamic shape|\[Autotuner\]: Autotuning process starts",
+             "compiled": r"torch\.compile takes [0-9.]+ s in total|\[Autotuner\]: Autotuning process ends",
+             "cached": r"Directly load the compiled graph\(s\)|kernel cache found \[engine double\]"},
+    "sglang": {"compiling": r"Entering DeepGEMM JIT Pre-Compile session",
+               "compiled": r"DeepGEMM JIT kernels compiled \[engine double\]",
+               "cached": r"kernel cache found \[engine double\]"},
+    "trtllm": {"compiling": r"\[Autotuner\]: Autotuning process starts",
+               "compiled": r"\[Autotuner\]: Autotuning process ends",
+               "cached": r"kernel cache found \[engine double\]"},
+}
+_COMPILE_RES = dict((engine, tuple((phase, re.compile(pattern)) for phase, pattern in sorted(phases.items())))
+                    for engine, phases in COMPILE_LINES.items())
+
+
+def compile_phase(engine, line):
+    """"compiling", "compiled" or "cached" when the line marks that phase of the engine's kernel compile, else None."""
+    for phase, regex in _COMPILE_RES[engine]:
+        if regex.search(line):
+            return phase
+    return None
+
 
 # Log prefixes a display line can do without: vLLM "(Worker_TP0 pid=212) INFO 06-11 10:12:00 [file.py:267] ",
 # SGLang "[2026-06-11 10:12:00 TP0] " / "[2026-06-11 10:12:00] ".
@@ -340,6 +375,7 @@ class LogWatch(object):
         self.failures = []  # diagnose() of them
         self.exited = None
         self.moe_lines = []
+        self.compile = None  # {phase, line}: the latest compile-phase line of this process (COMPILE_LINES)
 
     @property
     def restart(self):
@@ -366,6 +402,11 @@ class LogWatch(object):
             if self.ready_line is None and is_ready(self.engine, line):
                 self.ready_line = short(line, 500)
             if is_progress(line):
+                self.progress_line = short(line)
+            phase = compile_phase(self.engine, line)
+            # After a cache hit, vLLM's "torch.compile takes ... in total" closes the load: the phase stays cached.
+            if phase and not (phase == "compiled" and (self.compile or {}).get("phase") == "cached"):
+                self.compile = {"phase": phase, "line": short(line)}
                 self.progress_line = short(line)
             if (MOE_BACKEND_RE.search(line) or MARLIN_FALLBACK_RE.search(line)) and \
                     len(self.moe_lines) < self.KEEP_MOE_LINES:

@@ -35,6 +35,7 @@ for _key, _spec in ENGINES.items():
     _spec.setdefault("container_env_multi_node", {})
     _spec.setdefault("container_shm_bytes", None)
     _spec.setdefault("attention_tp", None)
+    _spec.setdefault("kernel_cache", None)
 ENGINE_NAMES = tuple(sorted(set(spec["name"] for spec in ENGINES.values())))
 
 

@@ -12,13 +12,16 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
-    Arg, dist_init_addr, model, multi_node, pd_bootstrap_port, pd_prefill, pd_rdma_devices, pd_role,
+    Arg, data_parallel, dist_init_addr, model, multi_node, pd_bootstrap_port, pd_prefill, pd_rdma_devices, pd_role,
     pd_transfer_backend, pipelined, quantization, reasoning_parser, tool_parser)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.sglang_0_5_12_post1 import OPTIONS as V0_5_12_POST1
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.sglang_0_5_23 import OPTIONS as V0_5_23
+from ansible_collections.kimi.deploy.plugins.module_utils._model.kv_offload import kv_offload_value, kv_offloaded
 from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import (
     spec_algorithm, spec_draft, spec_draft_revision, spec_draft_tokens, spec_pipelined, spec_steps, spec_topk,
     speculative)
+from ansible_collections.kimi.deploy.plugins.module_utils._model.loader import (
+    load_format, loader_extra_config, prefetch_threads)
 
 # Speculative decoding, SGLang's form (its docs; seed 001's flags): --speculative-algorithm, the draft's path (a repo id
 # resolves in the offline cache as the target's does), and the EAGLE tree's steps, topk and verified draft tokens.
@@ -47,9 +50,60 @@ SPECULATIVE_ARGS = (
     Arg("--speculative-num-draft-tokens", "speculative_draft_tokens", spec_draft_tokens, when=spec_draft_tokens),
 )
 
+# Weight loaders (kimi_load_format; _model/loader.py chooses). The formats are the parser's --load-format choices in
+# each version's flag list. SGLang's default loader reads the shards with threads when --model-loader-extra-config has
+# enable_multithread_load (model_loader/loader.py, DefaultModelLoader: use_multithread, num_threads), and
+# --weight-loader-prefetch-checkpoints reads them into the page cache ahead, each rank a share ("recommended for models
+# on network storage", its help in server_args.py), both in 0.5.12.post1 and 0.5.23. Whether lmsysorg/sglang's images
+# carry runai-model-streamer and fastsafetensors (optional imports of model_loader/) was not checked: never picked.
+def _sglang_loading(options):
+    return {
+        "known": options["values"]["load_format"],
+        "packages": {"runai_streamer": ("runai-model-streamer", None), "fastsafetensors": ("fastsafetensors", None),
+                     "instanttensor": ("instanttensor", None)},
+        "fast": {"format": None, "extra_config": {"enable_multithread_load": True, "num_threads": 16},
+                 "why": "SGLang's default loader reads the shards with 16 threads per rank "
+                        "(enable_multithread_load), which a disk this fast keeps fed"},
+        "slow": {"format": None, "prefetch_threads": 8,
+                 "why": "each rank reads a share of the shards into the page cache ahead (--weight-loader-prefetch-"
+                        "checkpoints, 8 threads), so the disk is read once, not once per rank"},
+    }
+
+
 # Its serving series (observability/metrics_collector.py, with --enable-metrics): requests, TTFT, inter-token latency.
 SERVING_METRICS = {"requests": "sglang:num_requests_total", "ttft": "sglang:time_to_first_token_seconds",
                    "itl": "sglang:inter_token_latency_seconds"}
+
+# The KV host tier (_model/kv_offload.py, kimi_kv_offload): SGLang's hierarchical cache, --enable-hierarchical-cache
+# with --hicache-size GB (both in the 0.5.12.post1 and 0.5.23 lists; --hicache-size wins over --hicache-ratio).
+# sglang/srt/mem_cache/memory_pool_host.py: each rank's HostKVCache holds host_size * 1e9 // size_per_token tokens,
+# and MLATokenToKVPoolHost is the MLA pool (kv_lora_rank + qk_rope_head_dim per token and layer): the size is per rank,
+# and the host pool must be larger than the device pool. write_through (in both lists' choices) backs every prefix up
+# as it is computed: the policy for multi-turn reuse. Its hits: sglang:cached_tokens_total{cache_source="host"} over
+# sglang:prompt_tokens_total (observability/metrics_collector.py).
+KV_OFFLOAD = {
+    "mechanism": "SGLang's hierarchical cache (--enable-hierarchical-cache, write_through)",
+    "split": "rank",
+    "unit": "GB",
+    "host_larger_than_device": True,
+    "source": "sglang/srt/mem_cache/memory_pool_host.py (HostKVCache, MLATokenToKVPoolHost)",
+    "metrics": {"hits": 'sglang:cached_tokens_total{cache_source="host"}', "queries": "sglang:prompt_tokens_total"},
+}
+
+# Kernel caches (_model/kernel_cache.py): sglang/srt/environ.py SGLANG_DG_CACHE_DIR (DeepGEMM's JIT kernels, default
+# ~/.cache/deep_gemm; deep_gemm_wrapper/compile_utils.py points DeepGEMM's own DG_JIT_CACHE_DIR at it), Triton's
+# TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR (--enable-torch-compile; docs/references/torch_compile_cache.md) and
+# FlashInfer's FLASHINFER_WORKSPACE_BASE (flashinfer/jit/env.py). DeepGEMM's JIT is the long one ("typically 10-20
+# mins", compile_utils.py's warning) and `python3 -m sglang.compile_deep_gemm <launch_server args>` compiles it ahead
+# of time (sglang/compile_deep_gemm.py): the precompile entry point.
+KERNEL_CACHE = {
+    "primary": "SGLANG_DG_CACHE_DIR",
+    "env": {"SGLANG_DG_CACHE_DIR": "deep_gemm", "DG_JIT_CACHE_DIR": "deep_gemm", "TRITON_CACHE_DIR": "triton",
+            "TORCHINDUCTOR_CACHE_DIR": "inductor", "FLASHINFER_WORKSPACE_BASE": "flashinfer"},
+    "precompile": ("python3", "-m", "sglang.compile_deep_gemm"),
+    "sources": "sglang/srt/environ.py, sglang/srt/layers/deep_gemm_wrapper/compile_utils.py, "
+               "sglang/compile_deep_gemm.py, flashinfer/jit/env.py",
+}
 
 ENGINE = {
     "name": "sglang",
@@ -65,6 +119,7 @@ ENGINE = {
             "local_build": (),
             "verified": "the sm_120 runbook (8 x RTX PRO 6000): int4 served and verified, 5/5 checks incl. vision",
             "notes": (),
+            "loading": _sglang_loading(V0_5_12_POST1),
         },
         "0.5.23": {
             "options": V0_5_23,
@@ -72,6 +127,7 @@ ENGINE = {
             "local_build": (),
             "verified": None,
             "notes": (),
+            "loading": _sglang_loading(V0_5_23),
         },
     },
     "quants": {
@@ -91,6 +147,12 @@ ENGINE = {
                "meaning": "the share of each GPU for the weights and the KV pool (transients outside it)"},
     "context": "warn",  # SGLang starts whatever the pool; a request longer than the pool cannot be served
     "multi_node": "tensor",
+    # Several instances on one host: --dp-size without --enable-dp-attention starts SGLang's data-parallel controller,
+    # which launches one whole tensor-parallel group per rank on the next tp GPUs and round-robins requests to them
+    # behind the one server (python/sglang/srt/managers/data_parallel_controller.py, launch_dp_schedulers); each
+    # instance holds the whole checkpoint. Flag list: --dp-size (dest data_parallel_size / dp_size).
+    "data_parallel": {"experts": "instance", "how": "SGLang's --dp-size data-parallel controller (independent "
+                                                    "replicas behind one server and one unit, no DP attention)"},
     "tool_parser": ("kimi_k2",),
     "reasoning_parser": ("kimi_k2",),
     "vision": True,
@@ -114,9 +176,12 @@ ENGINE = {
         },
     },
     "speculative": SPECULATIVE,
+    "kernel_cache": KERNEL_CACHE,
+    "kv_offload": KV_OFFLOAD,
     "args": (
         Arg("--model-path", "quant", model),
         Arg("--tp-size", "tp"),
+        Arg("--dp-size", "dp", when=data_parallel),  # instances on one host (kimi_instances)
         Arg("--trust-remote-code"),
         Arg("--host", "host"),
         Arg("--port", "port"),
@@ -126,6 +191,11 @@ ENGINE = {
         Arg("--mem-fraction-static", "mem_fraction"),
         Arg("--kv-cache-dtype", "kv_cache_dtype"),
         Arg("--context-length", "context_length"),
+        # The weight loader (kimi_load_format, or the preflight's read test): nothing where the default serves.
+        Arg("--load-format", "load_format", load_format, when=load_format),
+        Arg("--model-loader-extra-config", "load_format", loader_extra_config, when=loader_extra_config),
+        Arg("--weight-loader-prefetch-checkpoints", when=prefetch_threads),
+        Arg("--weight-loader-prefetch-num-threads", "load_format", prefetch_threads, when=prefetch_threads),
         Arg("--enable-metrics"),  # vLLM always serves /metrics; SGLang only with this flag
         Arg("--quantization", "quant", quantization, when=quantization),  # INT4: auto-detected, never emitted
         Arg("--pp-size", "pp", when=pipelined),
@@ -139,6 +209,11 @@ ENGINE = {
         Arg("--disaggregation-transfer-backend", "pd_transfer_backend", pd_transfer_backend, when=pd_role),
         Arg("--disaggregation-bootstrap-port", "pd_bootstrap_port", pd_bootstrap_port, when=pd_prefill),
         Arg("--disaggregation-ib-device", "pd_rdma_devices", pd_rdma_devices, when=pd_rdma_devices),
+        # The KV host tier (kimi_kv_offload): each rank's host pool in GB; the ratio is the collection's too.
+        Arg("--enable-hierarchical-cache", when=kv_offloaded),
+        Arg("--hicache-size", "kv_offload_gb", kv_offload_value, when=kv_offloaded),
+        Arg("--hicache-ratio", "kv_offload_gb", when=lambda deployment: False),
+        Arg("--hicache-write-policy", "kv_offload", value="write_through", when=kv_offloaded),
     ) + SPECULATIVE_ARGS,
     "config": None,
     "config_path": None,

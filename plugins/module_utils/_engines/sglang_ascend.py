@@ -24,6 +24,16 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.sglang_
 from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import spec_draft_quantization
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.sglang import SERVING_METRICS
 
+# Kernel caches (_model/kernel_cache.py): DeepGEMM is CUDA-only, so of SGLang's caches (sglang/srt/environ.py) the
+# Ascend build keeps torch.compile's (TORCHINDUCTOR_CACHE_DIR); its NPU graph caches were not read in the released
+# package: unverified, not carried.
+KERNEL_CACHE = {
+    "primary": "TORCHINDUCTOR_CACHE_DIR",
+    "env": {"TORCHINDUCTOR_CACHE_DIR": "inductor"},
+    "precompile": None,
+    "sources": "sglang/srt/environ.py, docs/references/torch_compile_cache.md; the NPU graph caches not read",
+}
+
 ENGINE = {
     "name": "sglang",
     "serving_metrics": SERVING_METRICS,  # its engine's own server: the same series
@@ -97,6 +107,14 @@ ENGINE = {
     # --quantization modelslim to the BF16 draft too (seed 001: --speculative-draft-model-quantization unquant).
     # DFlash and n-gram are refused: with DP attention SGLang rejects both (server_args.py of 0.5.12.post1; only 0.5.23
     # admits DFlash with --enable-dp-lm-head), and its n-gram drafter is CUDA-only. Seed 001 names EAGLE3 only.
+    "kernel_cache": KERNEL_CACHE,
+    # kimi_kv_offload: the 0.5.13.post1 list has --enable-hierarchical-cache and a kernel_ascend I/O backend, but the
+    # MLA host pool's NPU copy path for Kimi-K2.6's W4A8 MLA is not shown by seed 001 (its SGLang-Ascend commands run
+    # without a host tier) nor by this collection: refused until a run proves it.
+    "kv_offload": None,
+    "kv_offload_why": "SGLang-Ascend 0.5.13.post1's hierarchical cache (--enable-hierarchical-cache, "
+                      "--hicache-io-backend kernel_ascend) is not shown to serve Kimi-K2.6's W4A8 MLA: seed 001's "
+                      "SGLang-Ascend commands run without it, and no run here proved it",
     "speculative": dict(SGLANG_SPECULATIVE, draft_quantization="unquant", refused=SGLANG_SPECULATIVE["refused"] + (
         (lambda method, _quant, _deployment: method == "dflash",
          "DFlash is refused with DP attention, which this layout runs (--enable-dp-attention, seed 001); SGLang admits "

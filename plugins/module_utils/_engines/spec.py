@@ -44,6 +44,10 @@ An engine file declares ENGINE, a dict read by _engines (the registry), _fit and
                       deployment), why), ...), metrics: its acceptance series (_speculative.acceptance), and
                       draft_quantization where the draft must not inherit the target's --quantization}. The flags are
                       Args on the speculative* fields (_speculative's spec_* functions).
+  kernel_cache:       None, or the compile/autotune caches a restart can reuse (_model/kernel_cache.py): env {the
+                      variable that moves a cache: its sub-folder of the key's folder}, primary (the variable whose
+                      folder the engine fills first: the engine double's), precompile (argv prefix of an ahead-of-time
+                      compile, or None), sources; a version may carry its own `kernel_cache`.
   args:               the flags the collection emits, in order (Arg); the managed set is derived from them.
   config:             None, or a function of the deployment returning the engine's config file (a dict), with
                       config_managed (dotted key -> field or None), config_defaults (a function of the deployment:

@@ -58,6 +58,8 @@ def config(deployment):
         "return_perf_metrics": True,
         "enable_iter_perf_stats": True,
     }
+    if deployment.get("kv_offload"):  # the KV host tier (kimi_kv_offload): each rank's secondary pool, in bytes
+        out["kv_cache_config"]["host_cache_size"] = int(deployment["kv_offload"]["value"])
     pd = deployment.get("pd")
     if pd:  # seed 003: the KV cache moves between context and generation servers through the cache transceiver
         out["cache_transceiver_config"] = {"backend": pd["transfer_backend"]}
@@ -96,6 +98,18 @@ VERSION_1_3_0RC17 = {
 SERVING_METRICS = {"requests": "trtllm_request_success_total", "ttft": "trtllm_time_to_first_token_seconds",
                    "itl": "trtllm_time_per_output_token_seconds"}
 
+# Kernel caches (_model/kernel_cache.py): the PyTorch backend's torch.compile/Triton caches (TORCHINDUCTOR_CACHE_DIR,
+# TRITON_CACHE_DIR) and FlashInfer's JIT/autotune cache (FLASHINFER_WORKSPACE_BASE, flashinfer/jit/env.py; its
+# "[Autotuner]: Autotuning process starts" runs at warm-up). Not read in the 1.3.0rc17 wheel: which of them this
+# release fills on sm_100 is unverified; an unused variable costs an empty folder.
+KERNEL_CACHE = {
+    "primary": "TRITON_CACHE_DIR",
+    "env": {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor",
+            "FLASHINFER_WORKSPACE_BASE": "flashinfer"},
+    "precompile": None,
+    "sources": "flashinfer/jit/env.py, triton/knobs.py (TensorRT-LLM 1.3.0rc17 itself not read)",
+}
+
 ENGINE = {
     "name": "trtllm",
     "serving_metrics": SERVING_METRICS,
@@ -130,6 +144,13 @@ ENGINE = {
                "meaning": "the share of each GPU's memory left after the weights and runtime buffers that becomes KV "
                           "cache"},
     "context": "warn",
+    # No instances side by side under one trtllm-serve: 1.3.0rc17's flag list has --tp_size, --pp_size, --ep_size and
+    # --cluster_size but no data-parallel size; its attention data parallel (enable_attention_dp) runs inside the one
+    # tensor-parallel group. The layout ranking offers it one instance over every GPU.
+    "data_parallel": None,
+    "data_parallel_why": "trtllm-serve 1.3.0rc17 serves one model instance per process (its flags have no "
+                         "data-parallel size; enable_attention_dp is attention data parallel inside one "
+                         "tensor-parallel group), so only single-instance layouts are offered for TensorRT-LLM",
     "multi_node": None,
     "multi_node_why": "TensorRT-LLM runs a model over several hosts as one MPI world (srun or mpirun with "
                       "trtllm-llmapi-launch, or NVIDIA's SLURM scripts, seed 003), which this collection's one-unit-per-"
@@ -153,6 +174,20 @@ ENGINE = {
     # Speculative decoding: refused until its keys can be checked. The pinned release's schema was read from upstream
     # files (approximate) whose speculative_config records one member of the union, DraftTargetDecodingConfig:
     # EAGLE-3's keys (decoding_type Eagle3, speculative_model_dir, max_draft_len) are not in it.
+    "kernel_cache": KERNEL_CACHE,
+    # The KV host tier (_model/kv_offload.py, kimi_kv_offload): kv_cache_config.host_cache_size, bytes of host memory
+    # for each rank's secondary block pool, where evicted reusable blocks go and are onboarded back (the pinned
+    # release's TorchLlmArgs schema, plugins/module_utils/_engines/flags/trtllm_1_3_0rc17.py, KvCacheConfig
+    # host_cache_size Optional[int]; block reuse is on by default). Its hit rate: trtllm_kv_cache_hit_rate, an
+    # iteration-stats gauge over every tier (tensorrt_llm/metrics/collector.py). Runtime-unverified for Kimi's MLA.
+    "kv_offload": {
+        "mechanism": "TensorRT-LLM's secondary (host) KV block pool (kv_cache_config.host_cache_size)",
+        "split": "rank",
+        "unit": "bytes",
+        "source": "TorchLlmArgs KvCacheConfig.host_cache_size (the 1.3.0rc17 schema, "
+                  "_engines/flags/trtllm_1_3_0rc17.py)",
+        "metrics": {"rate": "trtllm_kv_cache_hit_rate"},
+    },
     "speculative": None,
     "speculative_why": "speculative decoding is not offered on TensorRT-LLM yet: its flag list records only the "
                        "Draft_Target member of speculative_config (an approximate schema), so EAGLE-3's keys cannot be "
@@ -193,6 +228,7 @@ ENGINE = {
         "trust_remote_code": None,
         "kv_cache_config.dtype": "kv_cache_dtype",
         "kv_cache_config.free_gpu_memory_fraction": "mem_fraction",
+        "kv_cache_config.host_cache_size": "kv_offload_gb",
         "backend": None,
         "return_perf_metrics": None,
         "enable_iter_perf_stats": None,

@@ -13,12 +13,15 @@ __metaclass__ = type
 
 from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import GB
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
-    Arg, model, multi_node, nvfp4, pd_kv_transfer_config, pipelined, quantization, reasoning_parser, tool_parser,
-    worker)
+    Arg, data_parallel, model, multi_node, nvfp4, pd_kv_transfer_config, pipelined, quantization, reasoning_parser,
+    tool_parser, worker)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.vllm_0_22_1 import OPTIONS as V0_22_1
+from ansible_collections.kimi.deploy.plugins.module_utils._model.kv_offload import kv_offload_value, kv_offloaded
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.vllm_0_33_0 import OPTIONS as V0_33_0
 from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import (
     never, spec_config, spec_pipelined, speculative, with_draft)
+from ansible_collections.kimi.deploy.plugins.module_utils._model.loader import (
+    load_format, load_strategy, loader_extra_config)
 
 # Speculative decoding, vLLM's form (its docs; seed 004's flags): one --speculative-config JSON with the method, the
 # draft (a repo id, resolved in the offline cache as the target's is) and num_speculative_tokens.
@@ -41,9 +44,69 @@ SPECULATIVE = {
                 "accepted": "vllm:spec_decode_num_accepted_tokens_total"},
 }
 
+# Weight loaders (kimi_load_format; _model/loader.py chooses). The formats: vllm/config/load.py's load_format Literal as
+# the 0.22.1 flag list's source records them (tests/fixtures/engine_flags/engine_flags_vllm-0.22.1.json, load_format
+# known_values; its parser takes any string); the 0.33.0 list records none, so 0.22.1's are assumed. The Run:ai
+# streamer imports runai_model_streamer, which the vllm-openai image installs (docker/Dockerfile, stage
+# vllm-openai-base: runai-model-streamer); fastsafetensors is only the vllm[fastsafetensors] extra (setup.py
+# extras_require), not in the image; instanttensor's package was not checked. Its concurrency: vLLM's docs
+# (models/extensions/runai_model_streamer.md, --model-loader-extra-config '{"concurrency":16}'). A slow disk: 0.33.0's
+# --safetensors-load-strategy choices have prefetch ("checkpoint files are read into the OS page cache before workers
+# load them... useful on network or high-latency storage", vllm/config/load.py; the default already does it on NFS
+# only); 0.22.1's list records no choices for it, so it is not used there.
+LOAD_FORMATS = ("auto", "hf", "bitsandbytes", "dummy", "fastsafetensors", "gguf", "instanttensor", "mistral",
+                "modelexpress", "npcache", "pt", "runai_streamer", "runai_streamer_sharded", "safetensors",
+                "sharded_state", "tensorizer")
+LOADING_0_22 = {
+    "known": LOAD_FORMATS,
+    "packages": {"runai_streamer": ("runai-model-streamer", True), "fastsafetensors": ("fastsafetensors", False),
+                 "instanttensor": ("instanttensor", None)},
+    "fast": {"format": "runai_streamer", "extra_config": {"concurrency": 16},
+             "why": "the Run:ai streamer reads the shards with 16 concurrent readers into host buffers and overlaps "
+                    "the copy to the GPUs, where the default loader maps and copies one tensor at a time"},
+    "slow": None,
+}
+LOADING_0_33 = dict(LOADING_0_22, slow={
+    "format": None, "load_strategy": "prefetch",
+    "why": "vLLM reads the checkpoint files into the page cache before the workers load them "
+           "(--safetensors-load-strategy prefetch)"})
+
 # Its serving series (v1/metrics/loggers.py): finished requests, TTFT and inter-token latency (what a canary compares).
 SERVING_METRICS = {"requests": "vllm:request_success_total", "ttft": "vllm:time_to_first_token_seconds",
                    "itl": "vllm:inter_token_latency_seconds"}
+
+# The KV host tier (_model/kv_offload.py, kimi_kv_offload): vLLM's native CPU offloading, --kv-offloading-backend native
+# with --kv-offloading-size GiB (both in the 0.22.1 and 0.33.0 lists). vllm/config/kv_offloading.py turns them into
+# kv_transfer_config OffloadingConnector, kv_role kv_both, the size "summed across all TP ranks" (x PP), so the
+# replica's total. MLA: the CPU-GPU handlers read each layer's layout from the attention backend's
+# get_kv_cache_shape and split K/V only for a (2, num_blocks, ...) shape; MLA's (num_blocks, block_size, 576) cache is
+# one region per layer (vllm/v1/kv_offload/worker/cpu_gpu.py). Its hits: the KV connector's prefix-cache counters
+# (vllm:external_prefix_cache_{hits,queries}_total, v1/metrics/loggers.py). The option is the same kv_transfer_config
+# a disaggregated deployment's NixlConnector takes: one connector per instance.
+KV_OFFLOAD = {
+    "mechanism": "vLLM's native CPU offloading connector (--kv-offloading-backend native)",
+    "split": "replica",
+    "unit": "GiB",
+    "source": "vllm/config/kv_offloading.py (NativeOffloadingParser), vllm/v1/kv_offload/worker/cpu_gpu.py",
+    "pd_why": "vLLM's --kv-offloading-size configures the instance's one kv_transfer_config, which a disaggregated "
+              "deployment's NixlConnector already is (vllm/config/kv_offloading.py sets kv_connector "
+              "OffloadingConnector): use kimi_kv_offload none with kimi_pd on vLLM",
+    "metrics": {"hits": "vllm:external_prefix_cache_hits_total", "queries": "vllm:external_prefix_cache_queries_total"},
+}
+
+# Kernel caches (kimi_serve keeps them on the host per cache key, _model/kernel_cache.py): the variables that move them,
+# each to a sub-folder of the key's folder. vllm/envs.py: VLLM_CACHE_ROOT (default ~/.cache/vllm; torch.compile's
+# artifacts go to <root>/torch_compile_cache/<hash>/rank_<i>_<j>, compilation/backends.py "Using cache directory");
+# Triton's TRITON_CACHE_DIR (triton/knobs.py, default ~/.triton/cache); TORCHINDUCTOR_CACHE_DIR (torch/_inductor,
+# default /tmp/torchinductor_<user>); FlashInfer's JIT and autotune cache under FLASHINFER_WORKSPACE_BASE/.cache/
+# flashinfer (flashinfer/jit/env.py). CUDA graphs are captured again at every start: no release keeps them.
+KERNEL_CACHE = {
+    "primary": "VLLM_CACHE_ROOT",
+    "env": {"VLLM_CACHE_ROOT": "vllm", "TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor",
+            "FLASHINFER_WORKSPACE_BASE": "flashinfer"},
+    "precompile": None,
+    "sources": "vllm/envs.py, vllm/compilation/backends.py, flashinfer/jit/env.py, triton/knobs.py",
+}
 
 ENGINE = {
     "name": "vllm",
@@ -61,6 +124,7 @@ ENGINE = {
             "build_bases": {"nvfp4": "vllm/vllm-openai:v0.22.1-cu130"},
             "verified": "the sm_120 runbook (8 x RTX PRO 6000): int4 and nvfp4 served and verified",
             "notes": (),
+            "loading": LOADING_0_22,
         },
         "0.33.0": {
             "options": V0_33_0,
@@ -71,6 +135,7 @@ ENGINE = {
             "local_build": ("nvfp4",),
             "build_bases": {"nvfp4": "vllm/vllm-openai:v0.33.0"},
             "verified": None,
+            "loading": LOADING_0_33,
             "notes": ("vLLM 0.33.0 + NVFP4: upstream's TRITON_MLA decode still uses 2 pipeline stages on CUDA "
                       "(triton_decode_attention.py, 0.33.0), too much shared memory for sm_120 with fp8 KV: kimi_image "
                       "patches this release too (kimi_vllm_patch.py APPLIES_TO).",),
@@ -92,6 +157,13 @@ ENGINE = {
                "meaning": "the share of each GPU vLLM may use in all (weights, KV, activations, CUDA graphs)"},
     "context": "strict",  # vLLM refuses to start with a context larger than its KV cache
     "multi_node": "pipeline",
+    # Several instances on one host: vLLM's own data parallelism, tensor parallel inside each rank, one API server
+    # in front. For MoE models the expert layers are sharded over all DP x TP ranks, with or without expert parallel
+    # ("2 engine instances and the tensors are sharded across 4 devices": FusedMoEParallelConfig.make,
+    # vllm/model_executor/layers/fused_moe/config.py, flatten_tp_across_dp), so the ranks step together; flag list:
+    # --data-parallel-size. The fit splits the experts over every GPU of the host and the rest over each rank's tp.
+    "data_parallel": {"experts": "all", "how": "vLLM's --data-parallel-size (the experts over every GPU, one API "
+                                               "server and one unit)"},
     "tool_parser": ("kimi_k2",),
     "reasoning_parser": ("kimi_k2",),
     "vision": True,
@@ -111,9 +183,12 @@ ENGINE = {
         },
     },
     "speculative": SPECULATIVE,
+    "kernel_cache": KERNEL_CACHE,
+    "kv_offload": KV_OFFLOAD,
     "args": (
         Arg("--model", "quant", model, positional=True),  # `vllm serve <model>`
         Arg("--tensor-parallel-size", "tp"),
+        Arg("--data-parallel-size", "dp", when=data_parallel),  # instances on one host (kimi_instances)
         Arg("--trust-remote-code"),
         Arg("--host", "host"),
         Arg("--port", "port"),
@@ -125,6 +200,10 @@ ENGINE = {
         Arg("--gpu-memory-utilization", "mem_fraction"),
         Arg("--kv-cache-dtype", "kv_cache_dtype"),
         Arg("--max-model-len", "context_length"),
+        # The weight loader (kimi_load_format, or the preflight's read test): nothing where the default serves.
+        Arg("--load-format", "load_format", load_format, when=load_format),
+        Arg("--model-loader-extra-config", "load_format", loader_extra_config, when=loader_extra_config),
+        Arg("--safetensors-load-strategy", "load_format", load_strategy, when=load_strategy),
         Arg("--quantization", "quant", quantization, when=quantization),
         Arg("--moe-backend", "moe_backend", when=nvfp4),
         Arg("--disable-custom-all-reduce", when=nvfp4),
@@ -137,6 +216,9 @@ ENGINE = {
         Arg("--headless", when=worker),
         # A disaggregated deployment (kimi_pd): the KV connector and this instance's role in it.
         Arg("--kv-transfer-config", "pd_role", pd_kv_transfer_config, when=pd_kv_transfer_config),
+        # The KV host tier (kimi_kv_offload): the backend and the replica's total in GiB.
+        Arg("--kv-offloading-backend", "kv_offload", value="native", when=kv_offloaded),
+        Arg("--kv-offloading-size", "kv_offload_gb", kv_offload_value, when=kv_offloaded),
         # Speculative decoding (kimi_speculative); the --spec-* shorthands of the same config are the collection's too.
         Arg("--speculative-config", "speculative", spec_config, when=speculative),
         Arg("--spec-method", "speculative", when=never),

@@ -25,6 +25,16 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.vllm_0_
 from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import spec_config, speculative
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.vllm import SERVING_METRICS
 
+# Kernel caches (_model/kernel_cache.py): vLLM's own VLLM_CACHE_ROOT (vllm/envs.py; vllm-ascend runs vLLM's
+# compilation under it) and TORCHINDUCTOR_CACHE_DIR. The torchair / ACL graph caches of vllm-ascend were not read in
+# the released package: unverified, not carried.
+KERNEL_CACHE = {
+    "primary": "VLLM_CACHE_ROOT",
+    "env": {"VLLM_CACHE_ROOT": "vllm", "TORCHINDUCTOR_CACHE_DIR": "inductor"},
+    "precompile": None,
+    "sources": "vllm/envs.py (the vLLM release vllm-ascend builds on); torchair's cache not read",
+}
+
 ENGINE = {
     "name": "vllm",
     "serving_metrics": SERVING_METRICS,  # its engine's own server: the same series
@@ -108,6 +118,14 @@ ENGINE = {
     # Speculative decoding as vLLM's (seed 004 serves the EAGLE-3 draft on prefill and decode, and the DFlash draft on
     # one node); vLLM 0.20.2 has no --spec-method shorthand, its methods are --speculative-config's.
     "speculative": VLLM_SPECULATIVE,
+    # kimi_kv_offload: vLLM's OffloadingConnector fails on vLLM-Ascend for MLA models, Kimi-K2.5 among them: its
+    # register_kv_caches finds no Attention layer (the MLA layers are another class) and indexes an empty dict
+    # (vllm-project/vllm-ascend#7971, open); seed 004 serves Kimi-K2.6 without it.
+    "kv_offload": None,
+    "kv_offload_why": "vLLM's OffloadingConnector does not start on vLLM-Ascend with an MLA model (Kimi-K2.5 and GLM "
+                      "reported: register_kv_caches finds no Attention layer among the MLA layers, "
+                      "vllm-project/vllm-ascend#7971, open), and seed 004's Kimi-K2.6 guide serves without it",
+    "kernel_cache": KERNEL_CACHE,
     "args": (
         Arg("--model", "quant", model, positional=True),
         Arg("--quantization", "quant", value="ascend"),

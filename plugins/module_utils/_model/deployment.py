@@ -30,12 +30,16 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry impo
     parser_name, pinned_image, select_version)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import options as eng_options
 from ansible_collections.kimi.deploy.plugins.module_utils._model.cost import check_costs, hour_cost
+from ansible_collections.kimi.deploy.plugins.module_utils._model.kv_offload import resolve_kv_offload
+from ansible_collections.kimi.deploy.plugins.module_utils._model.kernel_cache import entry as kernel_cache_entry
 from ansible_collections.kimi.deploy.plugins.module_utils._model.fit import (
     MAX_NODES, MIN_KV_TOKENS, fit, replica_advice, replica_layout)
+from ansible_collections.kimi.deploy.plugins.module_utils._model.layout import choose_layout
 from ansible_collections.kimi.deploy.plugins.module_utils._model.pd import for_instance, resolve_pd
 from ansible_collections.kimi.deploy.plugins.module_utils._model.platforms import DEFAULT as DEFAULT_PLATFORM, ORDER, traits
 from ansible_collections.kimi.deploy.plugins.module_utils._model.ports import check as check_ports, deployment_ports
 from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import resolve_speculative
+from ansible_collections.kimi.deploy.plugins.module_utils._model.loader import choose as choose_loader
 from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import (
     VARIABLES, DeploymentError, check_choice, check_int, check_no_control, check_text, fail, is_unset, var)
 from ansible_collections.kimi.deploy.plugins.module_utils._model.validate import ValueRuleError, check_revision
@@ -324,6 +328,13 @@ def _check_replica(engine, inputs, summary, reasons):
     return nodes, node_rank, head_address, dist_port, tp, pp, dp
 
 
+def _ranks_layouts(spec, inputs, summary, nodes, pp):
+    """The layout of one host, not disaggregated, is ranked (_layout) for an engine whose data says how it serves
+    several instances (data_parallel, None where it cannot); a replica's and a disaggregated layout are not."""
+    return ("data_parallel" in spec and nodes == 1 and pp == 1 and is_unset(inputs.get("pd")) and bool(summary)
+            and bool(summary["count"]) and summary["arch"] != "unsupported")
+
+
 def _context(engine, quant, inputs, kv, mem, verdict, summary, warnings):
     """The context length: the model's 256K unless the engine's KV pool says otherwise (vLLM refuses a context above
     its pool; the others start and cannot serve one request that long)."""
@@ -464,6 +475,16 @@ def _layout_and_fit(inputs, require_revision, r):
     probe = engine_config(key, version, {"tp": tp, "pp": pp, "context_length": MAX_CONTEXT, "kv_cache_dtype": kv,
                                          "mem_fraction": mem}, r["user_options"])
     r["attention_dp"] = bool(probe and probe.get("enable_attention_dp")) or bool(spec.get("attention_dp"))
+    r["layouts"] = None
+    if _ranks_layouts(spec, inputs, summary, nodes, pp):
+        tp, dp, r["layouts"], why = choose_layout(inputs, quant, key, kv, mem, summary, min_kv, r["attention_dp"])
+        r["tp"], r["dp"] = tp, dp
+        if why:
+            r["reasons"].append(why)
+    elif not is_unset(inputs.get("instances")):
+        fail("instances", inputs["instances"], ["unset"], "%s's layout here is %s (tp %d, dp %d), not chosen per "
+             "instance" % (spec["title"], "disaggregated" if not is_unset(inputs.get("pd")) else "fixed by its data"
+                           if "data_parallel" not in spec else "over several hosts", tp, dp))
     r["speculative"] = speculative = resolve_speculative(
         inputs, spec, version, eng_options(key, version), quant,
         {"tp": tp, "pp": pp, "dp": dp, "nodes": nodes, "pd": not is_unset(inputs.get("pd")),
@@ -471,8 +492,10 @@ def _layout_and_fit(inputs, require_revision, r):
     if speculative:
         r["reasons"].append("Speculative decoding: %s; %s." % (speculative["summary"], speculative["why"]))
     # The fit of the settings chosen (not the recommended ones); more hosts only when no setting of the user's fits.
+    # Instances that each hold the whole checkpoint (SGLang's data-parallel controller) fit as one instance each.
     r["verdict"] = verdict = fit(quant, key, kv, mem, tp, summary, min_kv, pp=pp, nodes=nodes,
-                                 attention_dp=r["attention_dp"], dp=dp,
+                                 attention_dp=r["attention_dp"],
+                                 dp=dp if (spec.get("data_parallel") or {}).get("experts", "all") == "all" else 1,
                                  draft=speculative["draft"] if speculative else None) if summary else None
     if verdict:
         r["reasons"].append(verdict["reason"])
@@ -549,6 +572,11 @@ def _deployment(r):
         "tp": r["tp"],
         "pp": r["pp"],
         "dp": r["dp"],
+        # The engine instances on this host (data-parallel ranks; 1 for a replica over several hosts, whose dp ranks
+        # are one engine): what the fit is per, and what readiness, the verify gate and the metrics count.
+        "instances": r["dp"] if r["nodes"] == 1 else 1,
+        # The layouts of this host ranked by expected throughput per GPU (_layout.rank_layouts), best first, or None.
+        "layouts": r["layouts"],
         "attention_dp": r["attention_dp"],
         # The replica: nodes hosts meeting at head_address:dist_port; rank 0 (the head) serves the API.
         "nodes": r["nodes"],
@@ -683,5 +711,18 @@ def resolve(inputs, gpus=None, require_revision=True):
     if costs and deployment["hour_cost"]["accelerators"] and deployment["hour_cost"]["per_hour"] is None:
         deployment["warnings"].append("no cost per hour for this host: " + deployment["hour_cost"]["why"])
     _disaggregate(inputs, deployment, resolved)
+    # The KV host tier (kimi_kv_offload): the engine's own mechanism, sized from this host's memory (_kv_offload).
+    deployment["kv_offload"] = kv_tier = resolve_kv_offload(inputs, resolved["spec"], deployment, resolved["warnings"])
+    if kv_tier:
+        deployment["reasons"].append(kv_tier["why"])
+    # The weight loader: kimi_load_format, else the rule on the preflight's read of the weights disk (_model/loader).
+    loader = choose_loader(resolved["spec"], resolved["version"], inputs.get("load_format"),
+                           inputs.get("weights_read_mbps"))
+    deployment["warnings"].extend(loader.pop("warnings"))
+    deployment["reasons"].append(loader["why"])
+    deployment["loader"], deployment["load_format"] = loader, loader["format"]
     _commands(inputs, deployment, resolved)
+    # The compile/autotune caches kimi_serve keeps per cache key (the deployment's share of the key; the host adds its
+    # image digest, architecture and driver), or None where the release keeps none.
+    deployment["kernel_cache"] = kernel_cache_entry(resolved["spec"], resolved["version"], deployment)
     return deployment

@@ -30,6 +30,7 @@ ROLE_PORTS = {
     "kimi_weights_peer_port": ("kimi_weights", "the fleet's weights peer cache (Caddy)", None),
     "kimi_metrics_node_exporter_port": ("kimi_metrics", "the node exporter", None),
     "kimi_metrics_accelerator_exporter_port": ("kimi_metrics", "the accelerator exporter", None),
+    "kimi_serve_replica_watchdog_port": ("kimi_serve", "the replica watchdog", None),
     # the fleet gateway (kimi_gateway) runs on the kimi_gateways hosts only
     "kimi_gateway_port": ("kimi_gateway", "the fleet gateway's router", "kimi_gateways"),
     "kimi_gateway_metrics_port": ("kimi_gateway", "the fleet gateway router's metrics", "kimi_gateways"),

@@ -12,6 +12,7 @@ __metaclass__ = type
 import json
 import shlex
 
+from ansible_collections.kimi.deploy.plugins.module_utils._model.layout import ranking_lines
 from ansible_collections.kimi.deploy.plugins.module_utils._model.platforms import traits
 
 # The site stages in order, each with the tag that selects it (site.yml).
@@ -52,11 +53,25 @@ def plan_lines(d):
                if (d.get("hour_cost") or {}).get("per_hour") is not None else [])
             + (["ports on this host: " + ", ".join(
                 "%d %s (%s)" % (p["port"], p["what"], p["variable"]) for p in d["ports"])] if d.get("ports") else [])
+            + ranking_lines(d.get("layouts"))
             + _speculative_lines(d)
+            + _kernel_cache_lines(d)
             + (_pd_lines(d) if d.get("pd") else _replica_lines(d) + _config_lines(d))
             + (["container environment (%s): %s" % (d["engine_title"], " ".join(
                 "%s=%s" % item for item in sorted(d["container_env"].items())))] if d.get("container_env") else [])
             + ["warning: " + w for w in d.get("warnings", [])])
+
+
+def _kernel_cache_lines(d):
+    """The compile caches kimi_serve keeps per key (issue 39), and the engine's ahead-of-time compile where it has one."""
+    cache = d.get("kernel_cache")
+    if not cache:
+        return ["kernel cache: none (this release keeps no compile cache the collection carries)"]
+    line = "kernel cache: %s, one host folder per key (kimi_serve_kernel_cache_dir) mounted at %s" % (
+        " ".join(sorted(cache["env"])), cache["container_dir"])
+    if cache.get("precompile"):
+        line += "; ahead of time: %s <the engine's arguments>" % " ".join(cache["precompile"])
+    return [line]
 
 
 def _speculative_lines(d):

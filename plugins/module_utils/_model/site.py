@@ -15,7 +15,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import QUANTS
-from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import VARIABLES, check_int
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import VARIABLES, check_int, is_unset
+from ansible_collections.kimi.deploy.plugins.module_utils._model.kv_offload import memory_bytes_from_facts
 from ansible_collections.kimi.deploy.plugins.module_utils._model.pd import layout_mismatch
 from ansible_collections.kimi.deploy.plugins.module_utils._model.site_inputs import INPUTS
 
@@ -65,6 +66,22 @@ def pd_member(get, host):
             "rdma_devices": devices}
 
 
+def replica_read_rate(get, replica):
+    """The slowest weights disk of a replica's hosts (kimi_weights_read_mbps; _model/loader picks the weight loader from
+    it): one figure for every member, so that they pick one loader, as one engine must. A member not measured leaves
+    the replica without a figure (the default loader)."""
+    rates = [value(get, h, VARIABLES["weights_read_mbps"]) for h in replica]
+    if any(is_unset(r) for r in rates):
+        return None
+    numbers = []
+    for rate in rates:
+        try:
+            numbers.append(float(rate))
+        except (TypeError, ValueError):
+            return rate  # not a number: the loader's check refuses it, naming the variable
+    return min(numbers)
+
+
 def fleet_address(get, host, replica):
     """Where the gateways reach `host`'s instance: its replica head's kimi_fleet_address, else ansible_host, else
     the head's name."""
@@ -83,12 +100,15 @@ def inputs(get, host, replica, pd, plan_hosts=None, pd_plan=None, gateways=None)
         out["gateways"] = list(gateways)
     if out["image"] is None:
         out["image"] = value(get, host, OLD_IMAGE)
+    # The host's RAM (ansible_memtotal_mb, read in site.yml's preflight): what sizes the KV host tier.
+    out["host_memory_bytes"] = memory_bytes_from_facts(value(get, host, "ansible_facts"))
     out["revisions"] = dict((quant, value(get, host, "kimi_%s_revision" % quant)) for quant in QUANTS)
     if get(host, "kimi_replica") is not MISSING:
         head = replica[0]
         out["nodes"] = len(replica)
         out["node_rank"] = replica.index(host)
         out["head_address"] = value(get, host, VARIABLES["head_address"]) or value(get, head, "ansible_host") or head
+        out["weights_read_mbps"] = replica_read_rate(get, replica)
     elif plan_hosts is not None:
         if isinstance(plan_hosts, str) and plan_hosts.strip().isdigit():  # -e gives a string
             plan_hosts = int(plan_hosts)

@@ -71,6 +71,16 @@ INPUTS = (
     Input('kimi_tensor_parallel', 'raw', field='tp', read='field', doc=(
         'Tensor-parallel size (a power of two, at most the GPUs found); unset uses every GPU.',
     )),
+    Input('kimi_instances', 'raw', field='instances', read='field', doc=(
+        "Engine instances on one host, served by the engine's own data parallelism under the one unit (vLLM "
+        '--data-parallel-size, SGLang --dp-size; TensorRT-LLM serves one). Unset - the plan ranks the layouts '
+        'that fit by expected throughput per GPU for C(kimi_workload) and picks the best, unless '
+        'C(kimi_tensor_parallel) is set (then one instance of that size).',
+    )),
+    Input('kimi_workload', 'raw', field='workload', read='field', doc=(
+        'The traffic the layout is ranked for - a dict of C(input_tokens), C(output_tokens) and C(concurrency) '
+        '(each optional); unset - a chat workload (2048 in, 512 out, 32 concurrent).',
+    )),
     Input('kimi_engine_host', 'raw', field='host', read='field', doc=(
         'Address the engine listens on (default 127.0.0.1; the proxy reaches it over loopback).',
         '0.0.0.0 is an opt-in, with a warning.',
@@ -112,6 +122,23 @@ INPUTS = (
     )),
     Input('kimi_bench_requests_per_level', 'int', default=32, doc=(
         'Requests at each concurrency (the sweep is bounded by count, and by C(kimi_bench_timeout)).',
+    )),
+    Input('kimi_bench_workload', 'str', default='chat', choices=('chat', 'multi_turn'), doc=(
+        'C(chat) - synthetic single-turn prompts. C(multi_turn) - a replay of agent-like sessions with shared '
+        'prefixes (one system prompt shared by every session, each turn resent with its history), to measure a KV '
+        'host tier (C(kimi_kv_offload)); the session file is generated, deterministic, and kept with the results.',
+    )),
+    Input('kimi_bench_sessions_per_level', 'int', default=16, doc=(
+        'C(multi_turn) - sessions at each concurrency (at least the concurrency).',
+    )),
+    Input('kimi_bench_turns', 'int', default=4, doc=(
+        'C(multi_turn) - user turns per session; each adds about C(kimi_bench_input_tokens) new tokens.',
+    )),
+    Input('kimi_bench_system_tokens', 'int', default=2048, doc=(
+        'C(multi_turn) - about how many tokens the shared system prompt has (0 - none).',
+    )),
+    Input('kimi_bench_turn_delay_ms', 'int', default=0, doc=(
+        'C(multi_turn) - think time before each turn after the first, milliseconds.',
     )),
     Input('kimi_bench_input_tokens', 'int', default=1024, doc=(
         "Mean prompt length of the synthetic requests, in the checkpoint's tokens (seeds 002/003 - 1K/1K).",
@@ -224,6 +251,20 @@ INPUTS = (
         "C({'NVIDIA H200': 3.5}), in any one currency). The plan prints the host's cost per hour; the node series "
         'C(kimi_deployment_hour_cost) carries it to the dashboard (cost per million tokens) and the benchmark report '
         'prints the cost per million output tokens at each concurrency. Unset - no cost anywhere.',
+    )),
+    Input('kimi_load_format', 'raw', field='load_format', read='field', doc=(
+        "The engine's weight loader (C(--load-format)): one of the formats the engine version offers for Kimi-K2.6's "
+        'safetensors checkpoint and its image carries (vLLM C(safetensors), C(runai_streamer), C(instanttensor); '
+        'SGLang also C(fastsafetensors); TensorRT-LLM and the Ascend builds none but the default). Anything '
+        'else is refused with the allowed values.',
+        "Unset or C(auto) - chosen from C(kimi_weights_read_mbps): a fast disk gets the version's parallel loader "
+        "(vLLM's Run:ai streamer, SGLang's multithreaded load), a slow one a page-cache prefetch (SGLang, vLLM "
+        '0.33.0), else the default; the plan says which and why.',
+    )),
+    Input('kimi_weights_read_mbps', 'raw', field='weights_read_mbps', read='field', doc=(
+        "The weights disk's sequential read rate in MB/s, which picks the weight loader. Set by site.yml's preflight "
+        '(kimi.deploy.disk_read on C(kimi_weights_hf_home), reading past the page cache; C(kimi_weights_read_test)); '
+        'set it to skip the test. Unset and not measured - the default loader.',
     )),
     Input('kimi_verify_probes', 'bool', default=True, doc=(
         "The accuracy gate (kimi.deploy.kimi_probes): after the verify gate of a (re)started engine, before it takes "
@@ -340,6 +381,20 @@ INPUTS = (
     Input('kimi_speculative_draft_tokens', 'raw', field='speculative_draft_tokens', read='field', doc=(
         'SGLang EAGLE-3 only - tokens verified per step (C(--speculative-num-draft-tokens)); with topk 1 it is '
         "tokens + 1 (SGLang's rule), with a tree up to 1 + topk x tokens (the default).",
+    )),
+    Input('kimi_kv_offload', 'raw', field='kv_offload', read='field', default='none', doc=(
+        "The KV cache's host-memory tier - C(none) or C(host) (repeated prefixes of long multi-turn sessions are "
+        "loaded back from RAM instead of recomputed), through the engine's own mechanism - vLLM's native offloading "
+        "connector (C(--kv-offloading-backend native --kv-offloading-size)), SGLang's hierarchical cache "
+        "(C(--enable-hierarchical-cache --hicache-size)), TensorRT-LLM's C(kv_cache_config.host_cache_size). "
+        'Refused, naming the source, where the build or version has none for MLA (vLLM-Ascend, SGLang-Ascend), and '
+        'with C(kimi_pd) on vLLM (one KV connector). The plan prints the size and why.',
+    )),
+    Input('kimi_kv_offload_gb', 'raw', field='kv_offload_gb', read='field', doc=(
+        "GiB of the host's RAM for the tier, the whole host (split over its ranks as the engine wants). Unset - "
+        "sized in preflight from ansible_memtotal_mb - RAM less max(64 GiB, 10% of RAM), less this host's share of "
+        "the checkpoint (weight loading streams it through the page cache), less the engine's /dev/shm staging. A "
+        'larger value is refused with the maximum.',
     )),
 )
 

@@ -617,6 +617,40 @@ def test_when_a_member_goes_away_the_head_fails_and_a_restart_recovers(start, en
     assert again[0].double.ready.wait(10), again[0].err.getvalue()
 
 
+def test_the_head_answers_through_every_rank_and_stalls_on_a_frozen_one_while_health_answers(start):
+    from kimi_engine_double import rendezvous
+    port = free_port()
+    head_line, worker_line = replica_lines("vllm", port)
+    head = start("vllm", line=head_line, wait_ready=False)
+    worker = start("vllm", line=worker_line, wait_ready=False)
+    assert head.double.ready.wait(10), head.err.getvalue()
+    assert head.post(chat())[0] == 200  # the worker acknowledged the step
+    worker.close()
+    head.thread.join(5)
+    # A rank that joined and then froze (SIGSTOP): it never acknowledges a step.
+    again = start("vllm", line=head_line, wait_ready=False)
+    worker_argv = list(worker_line)
+    worker_argv[worker_argv.index("--host") + 1] = "127.0.0.1"
+    conf = rendezvous.settings("vllm", flags.parse("vllm", worker_argv), {})
+    for _attempt in range(50):  # the new head listens once its thread got there
+        try:
+            frozen = socket.create_connection(("127.0.0.1", port), timeout=5)
+            break
+        except OSError:
+            time.sleep(0.1)
+    frozen.sendall((json.dumps(dict(conf["me"], rank=1)) + "\n").encode())
+    assert json.loads(frozen.makefile("r").readline())["ok"]
+    assert again.double.ready.wait(10), again.err.getvalue()
+    req = urllib.request.Request(again.url("/v1/chat/completions"), data=json.dumps(chat()).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with pytest.raises(OSError):  # a timeout: the request stalls
+        urllib.request.urlopen(req, timeout=1)
+    assert again.get("/health")[0] == 200
+    frozen.close()  # the frozen rank goes away: the head fails
+    again.thread.join(5)
+    assert again.code == 1 and "NCCL error" in again.err.getvalue()
+
+
 def test_a_member_with_another_configuration_fails_both_at_init(start):
     port = free_port()
     head_line, worker_line = replica_lines("vllm", port)
@@ -639,3 +673,58 @@ def test_a_rank_alone_fails_after_the_timeout(start, engine, rank, message):
                   wait_ready=False)
     alone.thread.join(10)
     assert alone.code == 1 and message in alone.err.getvalue()
+
+
+# ---- the kernel compile and its cache (KIMI_DOUBLE_COMPILE_SECONDS, issue 39) -----------------------------------
+def _compile_env(tmp_path, engine):
+    from kimi_engine_double import kernels
+    return {"KIMI_DOUBLE_COMPILE_SECONDS": "0.3", kernels.CACHES[engine][0][0]: str(tmp_path / "kernels")}
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_compiles_into_an_empty_cache_then_reuses_it(start, tmp_path, engine):
+    from ansible_collections.kimi.deploy.plugins.module_utils._engines import log as engine_log
+    env = _compile_env(tmp_path, engine)
+    first = start(engine, env=env)
+    assert first.double.compile_phase == "compiled"
+    written = [name for _root, _dirs, names in os.walk(str(tmp_path / "kernels")) for name in names]
+    assert len(written) == 3
+    first.close()
+    second = start(engine, env=env)
+    assert second.double.compile_phase == "cached"
+    assert [name for _root, _dirs, names in os.walk(str(tmp_path / "kernels")) for name in names] == written
+    # readiness reads the phase from the log, as from the real engines'
+    for run, phase in ((first, "compiled"), (second, "cached")):
+        watch = engine_log.LogWatch(engine)
+        watch.feed(run.out.getvalue().splitlines())
+        assert watch.compile["phase"] == phase, run.out.getvalue()
+    compile_line = "Entering DeepGEMM JIT" if engine == "sglang" else "Compiling a graph for dynamic shape"
+    assert compile_line in first.out.getvalue() and compile_line not in second.out.getvalue()
+
+
+def test_another_cache_folder_compiles_again(start, tmp_path):
+    env = _compile_env(tmp_path, "sglang")
+    start("sglang", env=env).close()
+    other = start("sglang", env=dict(env, SGLANG_DG_CACHE_DIR=str(tmp_path / "other-key")))
+    assert other.double.compile_phase == "compiled"
+
+
+def test_without_the_knob_nothing_is_compiled_or_written(start, tmp_path):
+    r = start("vllm", env={"VLLM_CACHE_ROOT": str(tmp_path / "kernels")})
+    assert r.double.compile_phase == "off" and not (tmp_path / "kernels").exists()
+
+
+def test_a_bad_compile_knob_fails_at_start_up(start):
+    r = start("sglang", env={"KIMI_DOUBLE_COMPILE_SECONDS": "soon"}, wait_ready=False)
+    r.thread.join(10)
+    assert r.code == 1 and "KIMI_DOUBLE_COMPILE_SECONDS" in r.err.getvalue()
+
+
+def test_the_doubles_cache_variable_is_the_engine_datas():
+    """The folder the double checks is the one the collection mounts: kernel_cache.primary of every build."""
+    from kimi_engine_double import kernels
+    from ansible_collections.kimi.deploy.plugins.module_utils._engines import registry
+    from ansible_collections.kimi.deploy.plugins.module_utils._model.kernel_cache import spec_of
+    for spec in registry.ENGINES.values():
+        for version in spec["versions"]:
+            assert spec_of(spec, version)["primary"] in kernels.CACHES[spec["name"]][0], (spec["key"], version)

@@ -221,3 +221,63 @@ def test_every_file_written_with_a_backup_is_restored_by_rollback_and_cleaned_by
     listed = set(name.strip() for name in
                  re.findall(r"(__kimi_serve_\w+) \| default\(\{\}\)", written))
     assert len(backed_up) >= 6 and backed_up == listed, (sorted(backed_up), sorted(listed))
+
+
+# --- the kernel cache (issue 39) ----------------------------------------------------------------------------------
+
+def kernel_cache_prepare(tmp_path, key="vllm-0.22.1-aaaa"):
+    """The launcher with a kernel cache: KERNEL_CACHE is an identity key, as in the role's vars."""
+    deployment = dm.resolve({"quant": "int4", "engine": "vllm"}, [], require_revision=False)
+    folder = tmp_path / "kernels" / key
+    folder.mkdir(parents=True)
+    values = env_values(deployment, tmp_path)
+    values.update(KERNEL_CACHE=str(folder), KERNEL_CACHE_MOUNT=deployment["kernel_cache"]["container_dir"],
+                  KERNEL_CACHE_ENV=",".join("%s=%s" % kv for kv in sorted(deployment["kernel_cache"]["env"].items())))
+    (tmp_path / "etc").mkdir(exist_ok=True)
+    entries = [{"name": k, "value": v} for k, v in values.items()]
+    launcher, env = prepare(tmp_path, deployment)
+    args = render("engine.args.j2", kimi_deployment=deployment, kimi_serve_env_file="/etc/kimi-k26.env",
+                  _kimi_serve_env=entries, _kimi_serve_identity_keys=IDENTITY_KEYS + ["KERNEL_CACHE"])
+    (tmp_path / "etc" / ("%s.args" % deployment["identity"])).write_text(args)
+    env.update(values)
+    return deployment, launcher, env, folder
+
+
+def test_the_kernel_cache_of_the_key_is_mounted_where_the_engine_looks(tmp_path):
+    deployment, launcher, env, folder = kernel_cache_prepare(tmp_path)
+    (tmp_path / "kernels" / "vllm-0.22.1-bbbb").mkdir()  # another key's folder: never mounted
+    proc = run(launcher, env)
+    assert proc.returncode == 0, proc.stderr
+    options = docker_argv(tmp_path)[:docker_argv(tmp_path).index(deployment["image"])]
+    mounts = [options[i + 1] for i, word in enumerate(options) if word == "-v"]
+    assert "%s:%s:rw" % (folder, deployment["kernel_cache"]["container_dir"]) in mounts
+    assert not [m for m in mounts if "bbbb" in m]
+    envs = [options[i + 1] for i, word in enumerate(options) if word == "-e"]
+    for name, path in deployment["kernel_cache"]["env"].items():
+        assert "%s=%s" % (name, path) in envs
+    assert "VLLM_CACHE_ROOT=/root/.cache/kimi-kernels/vllm" in envs
+
+
+def test_an_env_file_naming_another_keys_cache_is_refused(tmp_path):
+    _deployment, launcher, env, _folder = kernel_cache_prepare(tmp_path)
+    other = tmp_path / "kernels" / "vllm-0.22.1-bbbb"
+    other.mkdir()
+    env["KERNEL_CACHE"] = str(other)
+    proc = run(launcher, env)
+    assert proc.returncode == 1 and "KERNEL_CACHE=%s in /etc/kimi-k26.env, but" % other in proc.stderr
+    assert not (tmp_path / "docker-run.argv").exists()
+
+
+def test_a_missing_kernel_cache_folder_is_refused(tmp_path):
+    _deployment, launcher, env, folder = kernel_cache_prepare(tmp_path)
+    folder.rmdir()
+    proc = run(launcher, env)
+    assert proc.returncode == 1 and "kernel cache folder %s is missing" % folder in proc.stderr
+
+
+def test_the_roles_identity_keys_hold_the_kernel_cache():
+    with open(os.path.join(ROOT, "roles", "kimi_serve", "vars", "main.yml")) as handle:
+        role_vars = yaml.safe_load(handle)
+    assert "KERNEL_CACHE" in role_vars["_kimi_serve_identity_keys"]
+    names = [entry["name"] for entry in role_vars["_kimi_serve_env"]]
+    assert "KERNEL_CACHE" in names and "KERNEL_CACHE_MOUNT" in names and "KERNEL_CACHE_ENV" in names

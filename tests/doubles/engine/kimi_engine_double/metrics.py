@@ -141,11 +141,22 @@ class Exposition:
         return "".join(line + "\n" for line in self.lines)
 
 
-def render(engine, name, c, hist, queue, usage, created, iter_stats, spec=None):
+def offload_tier(engine, args):
+    """Whether the double was started with the engine's KV host tier (kimi.deploy's kimi_kv_offload host): vLLM's
+    --kv-offloading-size, SGLang's --enable-hierarchical-cache, TensorRT-LLM's kv_cache_config.host_cache_size."""
+    if engine == "vllm":
+        return bool(args.get("kv_offloading_size"))
+    if engine == "sglang":
+        return bool(args.get("enable_hierarchical_cache"))
+    return bool(((args.llm_args or {}).get("kv_cache_config") or {}).get("host_cache_size"))
+
+
+def render(engine, name, c, hist, queue, usage, created, iter_stats, spec=None, offload=False):
     """The engine's own Prometheus text for a snapshot of the double's state: c its counters, hist its latency
     histograms, queue and usage the KIMI_DOUBLE_QUEUE and KIMI_DOUBLE_KV_USAGE gauges, created the start time (vLLM's
     _created samples), iter_stats whether TensorRT-LLM's iteration stats are on (its gauges come from them), spec the
-    speculative-decoding state (speculative.Speculative.snapshot) or None."""
+    speculative-decoding state (speculative.Speculative.snapshot) or None, offload whether the KV host tier is on (its
+    hit series: the double caches nothing, so every prompt token is a miss)."""
     out = Exposition()
     if engine == "vllm":  # vllm/v1/metrics/loggers.py (PrometheusStatLogger): one child per engine index
         labels = (("model_name", name), ("engine", "0"))
@@ -162,6 +173,13 @@ def render(engine, name, c, hist, queue, usage, created, iter_stats, spec=None):
                     [c["finished"].get(r, 0) for r in VLLM_FINISH_REASONS], created)
         for kind, (metric, doc) in VLLM_HISTOGRAMS.items():
             out.histogram(metric, doc, labels, hist[kind], created)
+        if offload:  # v1/metrics/loggers.py: the KV connector's prefix-cache counters, in tokens
+            out.counter("vllm:external_prefix_cache_queries",
+                        "External prefix cache queries from KV connector cross-instance cache sharing, in terms of "
+                        "number of queried tokens.", labels, c["prompt_tokens"], created)
+            out.counter("vllm:external_prefix_cache_hits",
+                        "External prefix cache hits from KV connector cross-instance cache sharing, in terms of "
+                        "number of cached tokens.", labels, 0, created)
         if spec:  # v1/spec_decode/metrics.py SpecDecodingProm: only with a speculative config, children made at start
             stats = spec["stats"]
             for key, metric, doc in SPEC_VLLM_COUNTERS:
@@ -187,6 +205,9 @@ def render(engine, name, c, hist, queue, usage, created, iter_stats, spec=None):
             out.counter("sglang:generation_tokens", "Number of generation tokens processed.", tok,
                         c["generation_tokens"])
             out.counter("sglang:num_requests", "Number of requests processed.", tok, c["requests"])
+            if offload:  # the cached prompt tokens by where they were found (device, host: the hierarchical cache)
+                out.counter("sglang:cached_tokens", "Number of cached prompt tokens.",
+                            [tok + (("cache_source", source),) for source in ("device", "host")], [0, 0])
             for kind, (metric, doc) in SGLANG_HISTOGRAMS.items():
                 out.histogram(metric, doc, tok, hist[kind])
         return out.text()
@@ -198,6 +219,8 @@ def render(engine, name, c, hist, queue, usage, created, iter_stats, spec=None):
         out.gauge("trtllm_num_requests_running", "Number of active requests", labels, c["running"])
         out.gauge("trtllm_num_requests_waiting", "Number of queued requests", labels, queue)
         out.gauge("trtllm_kv_cache_utilization", "KV cache utilization", labels, usage)
+        if offload:  # the block-reuse hit rate over every tier (the double: kept to the host tier's runs)
+            out.gauge("trtllm_kv_cache_hit_rate", "KV cache hit rate", labels, 0.0)
     if c["requests"]:
         reasons = sorted(c["finished"])
         out.counter("trtllm_request_success", "Count of successfully processed requests.",

@@ -5,7 +5,9 @@ Rank 0 (the head) listens at the rendezvous address (SGLang --dist-init-addr hos
 nnodes, world size (tp x pp), tp, pp, model, revision, KV dtype and quantization, and answers ok or the mismatch. A
 rank that is missing after the timeout (KIMI_DOUBLE_RENDEZVOUS_TIMEOUT seconds, else SGLang's --dist-timeout, else
 600) fails start-up with torch's message. After start-up every rank keeps its connection: when a member goes away the
-others fail like a NCCL communicator does, so a replica restarts together.
+others fail like a NCCL communicator does, so a replica restarts together. Each request the head answers is one
+forward step over every rank (step()): a rank that is frozen (SIGSTOP) never acknowledges it, so the head's requests
+stall while its /health still answers, as a real replica hangs in a collective.
 """
 import json
 import socket
@@ -48,6 +50,25 @@ class Rendezvous:
         self.lost_message = None
         self.sockets = []
         self.listener = None
+        self.step_lock = threading.Lock()  # one forward step at a time, like a collective
+        self.acks = threading.Condition()
+        self.acked = 0
+
+    def step(self):
+        """The head: one forward step over every other rank; blocks until each acknowledged it (a frozen rank never
+        does: the request stalls) and returns True, or False when a member went away meanwhile."""
+        with self.step_lock:
+            with self.acks:
+                self.acked = 0
+            for conn in list(self.sockets):
+                try:
+                    conn.sendall(b"s")
+                except OSError:
+                    return False
+            with self.acks:
+                while self.acked < len(self.sockets) and not self.lost.is_set():
+                    self.acks.wait(0.2)
+            return not self.lost.is_set()
 
     def join(self, stop):
         """None when every rank joined and agrees, else the start-up error (shaped like the real one)."""
@@ -156,8 +177,16 @@ class Rendezvous:
 
         def watch():
             try:
-                while conn.recv(1024):
-                    pass
+                while True:
+                    data = conn.recv(1024)
+                    if not data:
+                        break
+                    if self.conf["rank"] == 0:  # the other rank acknowledged a step
+                        with self.acks:
+                            self.acked += data.count(b"a")
+                            self.acks.notify_all()
+                    elif data.count(b"s"):  # a step from the head: do it (acknowledge)
+                        conn.sendall(b"a" * data.count(b"s"))
             except OSError:
                 pass
             if not self.lost.is_set():

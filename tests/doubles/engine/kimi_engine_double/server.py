@@ -8,7 +8,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from . import answers, disagg, flags, hfcache, metrics, png, rendezvous, speculative, trtllm
+from . import answers, disagg, flags, hfcache, kernels, metrics, png, rendezvous, speculative, trtllm
 
 READY_LINE = {"sglang": "The server is fired up and ready to roll!", "vllm": "Application startup complete.",
               "trtllm": "Application startup complete."}
@@ -74,6 +74,7 @@ class EngineDouble:
         self.rendezvous = None  # a replica over several hosts (--nnodes > 1)
         self.disagg = None  # prefill/decode disaggregation (disagg.py)
         self.speculative = None  # speculative decoding (speculative.py)
+        self.compile_phase = None  # the kernel compile at start-up (kernels.py): off, cached, compiled, stopped
         self.created = int(time.time())
 
     # ---- logging, in each engine's style -------------------------------------------------------------
@@ -105,6 +106,10 @@ class EngineDouble:
                 problems.append("engine double: bad %s=%r (use %s)" % (
                     name, self.env.get(name), "a number from 0 to 1" if kind == "usage" else "a whole number >= 0"))
         problems += answers.knob_problems(self.env)
+        try:
+            kernels.seconds(self.env)
+        except kernels.Problem as e:
+            problems.append(str(e))
         if crash == "startup":
             problems.append("RuntimeError: Engine core initialization failed. See root cause above. "
                             "[engine double: KIMI_DOUBLE_CRASH=startup]")
@@ -256,6 +261,13 @@ class EngineDouble:
             except speculative.Problem as e:
                 return self.fail(str(e))
             self.log(self.speculative.start_line(), "gpu_model_runner.py", proc=self.worker())
+        # The kernel compile (KIMI_DOUBLE_COMPILE_SECONDS): skipped when the engine's cache folder has the kernels.
+        try:
+            self.compile_phase, _spent = kernels.compile_kernels(self.engine, self.env, self.log, stop, self.worker())
+        except kernels.Problem as e:
+            return self.fail(str(e))
+        if self.compile_phase == "stopped":
+            return self._stopped()
         delay = float(self.env.get("KIMI_DOUBLE_START_DELAY") or 0)
         try:
             if self.disagg:  # the bootstrap server / side channel comes up with the engine, before the API
@@ -375,7 +387,8 @@ class EngineDouble:
         queue = metrics.knob(self.env, "KIMI_DOUBLE_QUEUE", "queue") or 0  # a bad value stopped the start-up
         usage = metrics.knob(self.env, "KIMI_DOUBLE_KV_USAGE", "usage") or 0.0
         return metrics.render(self.engine, self.names[0], c, hist, queue, usage, self.created,
-                              bool((self.args.llm_args or {}).get("enable_iter_perf_stats")), spec)
+                              bool((self.args.llm_args or {}).get("enable_iter_perf_stats")), spec,
+                              metrics.offload_tier(self.engine, self.args))
 
     def record_latency(self, plan, started, first, ended):
         """Observe one answered request in the latency histograms, as the engines do when it finishes: TTFT
@@ -663,6 +676,8 @@ class _Handler(BaseHTTPRequestHandler):
             if e.fails_now():
                 return self._send(*e.error(500, "EngineCore encountered an issue (KIMI_DOUBLE_ERROR_RATE)",
                                            "InternalServerError"))
+            if e.rendezvous and not e.rendezvous.step():  # a replica: every rank takes part (a frozen one stalls it)
+                return self._send(*e.error(500, e.rendezvous.lost_message or "a rank went away", "InternalServerError"))
             pd = e.disagg.begin(req, self.headers) if e.disagg else None  # a prefill/decode's part of the request
             if pd and pd.error:
                 return self._send(*pd.error)

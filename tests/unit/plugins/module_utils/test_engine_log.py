@@ -304,3 +304,34 @@ def test_double_startup_crash_is_diagnosed(tmp_path):
                               env={"KIMI_DOUBLE_CRASH": "startup"})
     assert not ready
     assert [f["name"] for f in el.diagnose(lines)] == ["engine_core_init"]
+
+
+# ---- the compile phase (kernel caches, issue 39) -----------------------------------------------------------------
+def test_compile_phase_of_vllm_a_miss_then_a_hit():
+    from ansible_collections.kimi.deploy.plugins.module_utils._engines import log as engine_log
+    miss = engine_log.LogWatch("vllm")
+    miss.feed(["(Worker_TP0 pid=212) INFO 06-11 10:13:00 [backends.py:548] Using cache directory: "
+               "/root/.cache/kimi-kernels/vllm/torch_compile_cache/1517964802/rank_0_0 for vLLM's torch.compile",
+               "(Worker_TP0 pid=212) INFO 06-11 10:13:40 [backends.py:215] Compiling a graph for dynamic shape "
+               "takes 41.20 s"])
+    assert miss.compile["phase"] == "compiling"
+    miss.feed(["(Worker_TP0 pid=212) INFO 06-11 10:13:45 [monitor.py:34] torch.compile takes 45.30 s in total"])
+    assert miss.compile == {"phase": "compiled", "line": "torch.compile takes 45.30 s in total"}
+    hit = engine_log.LogWatch("vllm")
+    hit.feed(["(Worker_TP0 pid=212) INFO 06-11 10:13:03 [backends.py:226] Directly load the compiled graph(s) for "
+              "dynamic shape from the cache, took 3.012 s",
+              "(Worker_TP0 pid=212) INFO 06-11 10:13:04 [monitor.py:34] torch.compile takes 3.50 s in total"])
+    assert hit.compile["phase"] == "cached"
+
+
+def test_compile_phase_of_sglang_and_trtllm():
+    from ansible_collections.kimi.deploy.plugins.module_utils._engines import log as engine_log
+    sglang = engine_log.LogWatch("sglang")
+    sglang.feed(["[2026-06-11 10:13:20 TP0] Entering DeepGEMM JIT Pre-Compile session. It may take a long time "
+                 "(typically 10-20 mins) if you have not run `sglang.compile_deep_gemm`."])
+    assert sglang.compile["phase"] == "compiling"
+    trtllm = engine_log.LogWatch("trtllm")
+    trtllm.feed(["[06/11/2026-10:13:20] [TRT-LLM] [I] [Autotuner]: Autotuning process starts ...",
+                 "[06/11/2026-10:13:29] [TRT-LLM] [I] [Autotuner]: Autotuning process ends"])
+    assert trtllm.compile["phase"] == "compiled"
+    assert engine_log.LogWatch("sglang").compile is None  # nothing logged, nothing said

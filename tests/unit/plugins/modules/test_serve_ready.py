@@ -202,6 +202,20 @@ def test_vllm_nvfp4_reports_the_moe_dispatch(host, backend, path):
     assert out["moe_dispatch"]["native_fp4"] is (path == "native_fp4")
 
 
+def test_the_compile_phase_is_read_from_the_engines_log(host, tmp_path):
+    """Kernel caches (issue 39): an empty cache compiles, the next start finds it."""
+    env = {"KIMI_DOUBLE_COMPILE_SECONDS": "0.5", "VLLM_CACHE_ROOT": str(tmp_path / "kernels")}
+    host.start("vllm", env=env)
+    out = host.run("vllm")
+    assert out["state"] == "ready" and out["compile"]["phase"] == "compiled", out
+    assert out["compile"]["line"].startswith("torch.compile takes")
+    host.stop()
+    host.log.write_text("")
+    host.start("vllm", env=env)
+    out = host.run("vllm", since=time.time() - 0.5)
+    assert out["state"] == "ready" and out["compile"]["phase"] == "cached", out
+
+
 # ---- known failures: fast, with the fix ------------------------------------------------------------------------
 def test_engine_core_failure_fails_fast_with_the_fix(host):
     host.start("vllm", env={"KIMI_DOUBLE_CRASH": "startup"})
