@@ -55,3 +55,32 @@ def test_caddy_proxy_knows_nothing_of_the_peer_cache():
                 if re.search(r"caddy_proxy_peer|peer_cache|peer_report", line):
                     hits.append("%s:%d" % (os.path.relpath(os.path.join(folder, name), ROOT), number))
     assert hits == []
+
+
+def test_the_peer_cache_serves_published_kernel_caches_only():
+    """Issue 39: <key>.verified and <key>.tar from kimi_serve's kernel folder; the live key folders, temporary archives
+    and fetches are not served."""
+    caddyfile = read(WEIGHTS, "templates", "kimi-peer-cache.Caddyfile.j2")
+    [pattern] = re.findall(r"@kernels path_regexp (\S+)", caddyfile)
+    key = "vllm-0.11.0-0123456789abcdef01234567"
+    for served in ("/kernels/%s.tar" % key, "/kernels/%s.verified" % key):
+        assert re.match(pattern, served), served
+    for hidden in ("/kernels/%s/torch_compile_cache/x" % key, "/kernels/.%s.tar.abc" % key, "/kernels/%s" % key,
+                   "/kernels/.bundle/%s.tar" % key, "/kernels/.%s.fetch-x/archive" % key, "/kernels/../x.tar"):
+        assert not re.match(pattern, hidden), hidden
+    role_vars = read(WEIGHTS, "vars", "main.yml")
+    assert "roles/kimi_serve/defaults/main.yml" not in role_vars  # read relative to the role, as installed
+    assert "/../kimi_serve/defaults/main.yml" in role_vars and "kimi_serve_kernel_cache_dir" in role_vars
+
+
+def test_kimi_serve_fetches_kernel_caches_from_the_peers_kimi_weights_keeps():
+    download = yaml.safe_load(read(WEIGHTS, "tasks", "download.yml"))
+    [keep] = [t for t in download if "__kimi_weights_kernel_peers" in str(t.get("ansible.builtin.set_fact"))]
+    assert keep["no_log"] is True and set(keep["ansible.builtin.set_fact"]["__kimi_weights_kernel_peers"]) == {
+        "peers", "ca_file", "key"}
+    configure = yaml.safe_load(read(ROOT, "roles", "kimi_serve", "tasks", "configure.yml"))
+    [fetch] = [t for t in configure if "kimi.deploy.kernel_cache" in t and t["kimi.deploy.kernel_cache"].get(
+        "state") == "fetched"]
+    args = fetch["kimi.deploy.kernel_cache"]
+    assert "__kimi_weights_kernel_peers.peers" in args["peers"]
+    assert "__kimi_weights_kernel_peers.key" in args["peer_key"]
