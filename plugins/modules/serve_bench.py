@@ -447,10 +447,9 @@ class Bench(object):
                    ratio=None, comparison=None)
         if check_mode:
             out["png_path"] = self.png_path
+            unit = "sessions of %d turns" % self.p["turns"] if self.multi_turn else "requests"
             out["message"] = "would run %s (%s) against %s and compare with %s" % (
-                " ".join(argv), ", ".join("concurrency %%d: %%d %s" % ("sessions of %d turns" % self.p["turns"]
-                                                                        if self.multi_turn else "requests") % level
-                                          for level in sweep_plan(config)),
+                " ".join(argv), ", ".join(("concurrency %%d: %%d %s" % unit) % level for level in sweep_plan(config)),
                 self.p["url"], "%s (%s)" % (base_path, source) if base_path else "nothing (no baseline)")
             return None, out
 

@@ -56,6 +56,8 @@ SPECULATIVE_ARGS = (
 # --weight-loader-prefetch-checkpoints reads them into the page cache ahead, each rank a share ("recommended for models
 # on network storage", its help in server_args.py), both in 0.5.12.post1 and 0.5.23. Whether lmsysorg/sglang's images
 # carry runai-model-streamer and fastsafetensors (optional imports of model_loader/) was not checked: never picked.
+
+
 def _sglang_loading(options):
     return {
         "known": options["values"]["load_format"],

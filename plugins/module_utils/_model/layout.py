@@ -169,8 +169,8 @@ def choose_layout(inputs, quant, engine, kv_cache_dtype, mem_fraction, summary, 
     instances = None if is_unset(inputs.get("instances")) else check_int("instances", inputs["instances"], 1, count)
     if instances is not None:
         if instances > 1 and not spec.get("data_parallel"):
-            fail("instances", instances, [1], spec.get("data_parallel_why", "%s has no data parallelism"
-                                                                             % spec["title"]))
+            fail("instances", instances, [1],
+                 spec.get("data_parallel_why", "%s has no data parallelism" % spec["title"]))
         if tp is None:
             allowed = [n for _tp, n in candidates(count)]
             if instances not in allowed:

@@ -50,8 +50,8 @@ DEFAULT_FORMAT = "auto"
 
 def offer(spec, version):
     """The version's loading data (see the module docstring), or the default-only offer."""
-    return spec["versions"][version].get("loading") or {"known": (DEFAULT_FORMAT,), "packages": {}, "fast": None,
-                                                         "slow": None}
+    default_only = {"known": (DEFAULT_FORMAT,), "packages": {}, "fast": None, "slow": None}
+    return spec["versions"][version].get("loading") or default_only
 
 
 def allowed_formats(spec, version):
@@ -111,9 +111,9 @@ def choose(spec, version, choice=None, read_mbps=None):
                    why="Weight loader: %s=%s, set by the user (%s)." % (var("load_format"), choice, measured))
         package = loading["packages"].get(choice)
         if package and package[1] is None:
-            out["warnings"].append("%s=%s: whether %s's image carries the Python package %s was not checked; the "
-                                   "engine fails at start-up without it." % (var("load_format"), choice, title,
-                                                                              package[0]))
+            out["warnings"].append(
+                "%s=%s: whether %s's image carries the Python package %s was not checked; the engine fails at "
+                "start-up without it." % (var("load_format"), choice, title, package[0]))
         return out
     tier, name = _tier(loading, rate)
     if tier:

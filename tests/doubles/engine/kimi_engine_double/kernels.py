@@ -92,8 +92,8 @@ def compile_kernels(engine, env, log, stop, worker):
     if engine == "vllm":
         log("torch.compile takes %.2f s in total" % (time.time() - t0), "monitor.py:34", proc=worker)
     elif engine == "sglang":
-        log("DeepGEMM JIT kernels compiled [engine double] in %.2f s: %d files in %s" % (time.time() - t0, FILES,
-                                                                                          where))
+        log("DeepGEMM JIT kernels compiled [engine double] in %.2f s: %d files in %s"
+            % (time.time() - t0, FILES, where))
     else:
         log("[Autotuner]: Autotuning process ends")
     return "compiled", time.time() - t0

@@ -31,8 +31,8 @@ def test_sessions_are_deterministic_and_render_one_json_line_each():
     assert first == again
     lines = first.splitlines()
     assert len(lines) == 3 and first.endswith("\n")
-    assert [json.loads(line)["session_id"] for line in lines] == ["kimi-bench-0000", "kimi-bench-0001",
-                                                                   "kimi-bench-0002"]
+    sessions = [json.loads(line)["session_id"] for line in lines]
+    assert sessions == ["kimi-bench-0000", "kimi-bench-0001", "kimi-bench-0002"]
     # a pinned digest: a change of the generator changes every later comparison, so it must be deliberate
     assert hashlib.sha256(first.encode()).hexdigest() == (
         "3ba8185a8b74a3dc427c313564fd8f2ddcf6fa349d8a1c0821a6a6ced9209c15")
