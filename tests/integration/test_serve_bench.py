@@ -299,8 +299,10 @@ def test_timeout_kills_aiperf_and_its_children(site, tmp_path):
     pids = tmp_path / "pids"
     fake.write_text("#!/bin/sh\nsleep 300 &\necho $$ $! > %s\nwait\n" % pids)
     fake.chmod(0o755)
+    # the module's own defaults for what params() leaves out, as AnsibleModule fills them
+    spec = {"workload": "chat", "sessions_per_level": 16, "turns": 4, "system_tokens": 2048, "turn_delay_ms": 0}
     bench = serve_bench.Bench(dict(params(site, tmp_path / "r", aiperf=str(fake), timeout=2), baseline=None,
-                                   min_ratio=None, ignore_eos=True, label=""))
+                                   min_ratio=None, ignore_eos=True, label="", hour_cost=None, **spec))
     bench.aiperf = bench.validate()
     os.makedirs(bench.artifact_dir)
     started = time.time()
