@@ -26,6 +26,8 @@ import shutil
 import tarfile
 import tempfile
 
+from ansible_collections.kimi.deploy.plugins.module_utils._files import atomic_output, atomic_write
+
 ARCHIVE = ".tar"
 MARKER = ".verified"
 KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -85,19 +87,6 @@ def read_marker(path):
         return None
 
 
-def _write_atomic(path, data):
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def marker_json(marker):
     return (json.dumps(marker, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
@@ -119,30 +108,21 @@ def publish(root, key, record):
         merged = dict(record, key=key, archive=arch)
         if merged == old:
             return False, old
-        _write_atomic(marker_path, marker_json(merged))
+        atomic_write(marker_path, marker_json(merged))
         return True, merged
-    fd, tmp = tempfile.mkstemp(prefix="." + key + ARCHIVE + ".", dir=root)
-    os.close(fd)
-    try:
-        with tarfile.open(tmp, "w") as tar:
-            # Sorted and relative: the archive holds the key's files only, named as under its folder.
-            for top, dirs, names in os.walk(folder):
-                dirs.sort()
-                for name in sorted(dirs) + sorted(names):
-                    full = os.path.join(top, name)
-                    if os.path.islink(full):
-                        continue
-                    tar.add(full, arcname=os.path.relpath(full, folder), recursive=False)
-        os.chmod(tmp, 0o644)
-        size, sha = sha256_of(tmp)
-        os.rename(tmp, archive)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_output(archive) as handle, tarfile.open(fileobj=handle, mode="w") as tar:
+        # Sorted and relative: the archive holds the key's files only, named as under its folder.
+        for top, dirs, names in os.walk(folder):
+            dirs.sort()
+            for name in sorted(dirs) + sorted(names):
+                full = os.path.join(top, name)
+                if os.path.islink(full):
+                    continue
+                tar.add(full, arcname=os.path.relpath(full, folder), recursive=False)
+    size, sha = sha256_of(archive)
     marker = dict(record, key=key, archive={"name": key + ARCHIVE, "size": size, "sha256": sha, "content": content,
                                             "files": files_in(folder)})
-    _write_atomic(marker_path, marker_json(marker))
+    atomic_write(marker_path, marker_json(marker))
     return True, marker
 
 
@@ -246,16 +226,8 @@ def fetch(root, key, peers, get):
 
 
 def _copy_atomic(src, dest):
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(dest) + ".", dir=os.path.dirname(dest))
-    os.close(fd)
-    try:
-        shutil.copyfile(src, tmp)
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, dest)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with open(src, "rb") as source, atomic_output(dest) as handle:
+        shutil.copyfileobj(source, handle)
 
 
 def collect(src, dest):
