@@ -6,23 +6,21 @@
 The table is the one declaration of the site inputs; tests/unit/plugins/module_utils/test_site_inputs.py compares the
 file with it both ways, so the two cannot drift.
 """
-import importlib.util
+import importlib
 import os
 import sys
 
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TABLE = os.path.join(ROOT, "plugins", "module_utils", "_model", "site_inputs.py")
 SPECS = os.path.join(ROOT, "playbooks", "vars", "site_argument_specs.yml")
 
 
 def load_table():
-    """The table module, by path: it is stdlib only, so no ansible_collections tree is needed."""
-    spec = importlib.util.spec_from_file_location("kimi_site_inputs", TABLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The table module, imported through the checkout's collection link (.collections, made by make setup): its
+    constraints come from the collection's other modules."""
+    sys.path.insert(0, os.path.join(ROOT, ".collections"))
+    return importlib.import_module("ansible_collections.kimi.deploy.plugins.module_utils._model.site_inputs")
 
 
 class _Flow(list):

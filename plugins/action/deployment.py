@@ -13,7 +13,10 @@ import os
 import yaml
 from ansible.plugins.action import ActionBase, VariableLayer
 from ansible_collections.kimi.deploy.plugins.module_utils._model import ports as _ports
+from ansible_collections.kimi.deploy.plugins.module_utils._model import role_inputs as _role_inputs
 from ansible_collections.kimi.deploy.plugins.module_utils._model import site as _site
+from ansible_collections.kimi.deploy.plugins.module_utils._model import site_inputs as _site_inputs
+from ansible_collections.kimi.deploy.plugins.module_utils._model.canary import canary_count
 from ansible_collections.kimi.deploy.plugins.module_utils._model.deployment import DeploymentError, resolve
 
 ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
@@ -91,6 +94,26 @@ class Site:
         except DeploymentError as refused:
             raise DeploymentError("%s, a host of %s, is refused: %s" % (host, group, refused))
 
+    def check_inputs(self, host):
+        """Every site input `host` sets, against its constraint in the table (_site_inputs), and every role input
+        of _role_inputs; then what one input allows given others: the one check path of plan.yml, site.yml and bundle.yml, before any host changes."""
+        ctx = {"cwd": os.getcwd(), "playbook_dir": self.task_vars.get("playbook_dir")}
+        _site_inputs.check_site(self.get, host, ctx, missing=_site.MISSING)
+        _role_inputs.check_roles(self.get, host, missing=_site.MISSING)
+        canary = _site.value(self.get, host, "kimi_canary")
+        if canary not in (None, ""):
+            fleet = _site.value(self.get, host, "kimi_fleet_plan")
+            if not self.gateways and fleet in (None, ""):
+                raise DeploymentError(
+                    "kimi_canary=%r is not allowed: a canary is compared with the rest of the fleet on the traffic of "
+                    "the fleet gateway, and the inventory has no host in kimi_gateways. Allowed values: unset, or a "
+                    "gateway in the inventory (kimi_gateways)" % (canary,))
+            canary_count(canary, int(fleet) if fleet not in (None, "") else self.replica_count())
+
+    def replica_count(self):
+        """The fleet's replicas: its hosts alone, replicas and disaggregated deployments, each counted once."""
+        return len(set(tuple(self.pd(h) or self.replica(h)) for h in self.servers)) or 1
+
     def role_values(self, host):
         """The roles' port variables set for `host` (unset ones are left to the roles' defaults)."""
         return dict((variable, self.get(host, variable)) for variable in _ports.ROLE_PORTS
@@ -100,7 +123,7 @@ class Site:
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
-    _VALID_ARGS = frozenset(("gpus", "require_revision", "plan_hosts", "pd_plan", "changed_so_far"))
+    _VALID_ARGS = frozenset(("gpus", "require_revision", "plan_hosts", "pd_plan", "changed_so_far", "inputs_only"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -117,6 +140,9 @@ class ActionModule(ActionBase):
                             "NVFP4 image) and will be removed in kimi.deploy 1.0.0; set kimi_engine_image instead. "
                             "Using kimi_image=%s for now." % get(me, _site.OLD_IMAGE))
         try:
+            site.check_inputs(me)
+            if args.get("inputs_only"):
+                return dict(result, changed=False, warnings=warnings)
             replica, pd = site.replica(me), site.pd(me)
             deployment = site.resolve_host(me, args.get("gpus"), plan_hosts=args.get("plan_hosts"),
                                            pd_plan=args.get("pd_plan"))

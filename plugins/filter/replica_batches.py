@@ -54,10 +54,11 @@ _value:
   elements: list
 """
 
-import re
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.kimi.deploy.plugins.module_utils._model import site_inputs as _site_inputs
 from ansible_collections.kimi.deploy.plugins.module_utils._model.canary import canary_count
+from ansible_collections.kimi.deploy.plugins.module_utils._model.constraints import count_or_share
 from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError
 
 
@@ -89,12 +90,12 @@ def replicas_in_order(hosts, hostvars):
 def replica_count(serial, total):
     """Replicas per batch: `serial` as Ansible reads a play's serial (a count, or a percentage rounded down, >= 1).
     The one check of kimi_fleet_serial (site.yml's preflight calls this filter before any change)."""
-    text = str(serial).strip()
-    if isinstance(serial, bool) or not re.match(r"^[1-9][0-9]*%?\Z", text):
-        raise AnsibleFilterError("kimi_fleet_serial must be a count of replicas (a host alone is one; 1, 2, ...) or a "
-                                 "percentage of them (25%%), got %r" % (serial,))
-    count = int(text[:-1]) * total // 100 if text.endswith("%") else int(text)
-    return max(1, count)
+    try:
+        _site_inputs.check_input(_site_inputs.by_variable()["kimi_fleet_serial"], serial)
+    except DeploymentError as refused:
+        raise AnsibleFilterError("kimi.deploy: %s" % refused)
+    number, share = count_or_share(serial)
+    return max(1, number * total // 100 if share else number)
 
 
 def replica_batches(hosts, hostvars, serial="100%", canary=None):

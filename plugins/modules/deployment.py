@@ -64,6 +64,13 @@ options:
       - What has changed on the hosts when this runs, appended to a refusal (site.yml - nothing in preflight; only
         the host stage when it resolves again after the driver).
     type: str
+  inputs_only:
+    description:
+      - Check every site input this host sets against its constraint (and a canary against the fleet) and stop there,
+        setting no fact. site.yml's preflight does this first, before any task reads the hosts (the disk read test
+        keeps a figure on a host); the full call checks them again on the same path.
+    type: bool
+    default: false
 attributes:
   action:
     support: full

@@ -7,7 +7,8 @@ One engine version's options table (a generated _engines/flags/<engine>_<version
 reads argv: argparse (vLLM, SGLang) or click (trtllm-serve), whether --foo_bar means --foo-bar (vLLM's
 FlexibleArgumentParser), which options take --opt.key VALUE (vLLM's JSON config arguments) and what -O<n> stands for.
 check_extra() reads kimi_engine_extra_args with those rules and refuses what the engine would refuse, or what the
-collection manages. Prefix abbreviations, which argparse would accept, are refused: kimi.deploy requires full names.
+collection manages, or an option that would have the engine read more options from a file (OPTION_FILES). Prefix
+abbreviations, which argparse would accept, are refused: kimi.deploy requires full names.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -33,6 +34,36 @@ SECRET_DESTS = {
     "ssl_keyfile_password": "Caddy terminates TLS (caddy_proxy); the engine serves plain HTTP on loopback",
     "control_plane_api_keys": "the router's control plane is not exposed; Caddy fronts the router",
     "oracle_password": "the router's history backend is not used by kimi.deploy",
+}
+# Options that have the engine or router read options from a file that kimi.deploy never reads: what that file holds
+# would pass every check below unseen (managed flags, credentials, types, choices, unknown options). By the flag list's
+# `engine`, then dest, so every spelling is refused (aliases, short options, vLLM's --foo_bar, trtllm-serve's refused
+# --foo-bar). What the engines' help and source say:
+# - vllm --config: "Read CLI options from a config file. Must be a YAML with the following options"
+#   (vllm/entrypoints/openai/cli_args.py); FlexibleArgumentParser.parse_args: `if "--config" in args: args =
+#   self._pull_args_from_config(args)` inserts the YAML's keys as options (vllm/utils/argparse_utils.py).
+# - sglang --config: "Read CLI options from a config file. Must be a YAML file with configuration options."
+#   (sglang/srt/server_args.py); prepare_server_args merges the YAML's keys into argv before parsing
+#   (ConfigArgumentMerger, sglang/srt/server_args_config_parser.py).
+# - trtllm --config, alias --extra_llm_api_options: "Path to a YAML file that overwrites the parameters specified by
+#   trtllm-serve" (tensorrt_llm/commands/serve.py: yaml.safe_load, update_llm_args_with_extra_dict). The collection
+#   writes that YAML itself (trtllm.CONFIG_PATH) from kimi_trtllm_options, checked against the LLM-API schema.
+# - trtllm-serve disaggregated -c/--config_file: "Specific option for disaggregated mode." (parse_disagg_config_file:
+#   the server's host, port and workers); the collection writes it from kimi_pd (routers.ROUTERS).
+# The flag lists' sources record the first three (tests/fixtures/engine_flags/*.json, parser_behaviour: config_file,
+# config_option); sglang-router 0.3.2 and vllm-router 0.1.17 have no such option. test_extra_args_config compares.
+# dest -> (what the file holds, where its options go instead). {extra} is the extra-args variable refused.
+INSTEAD = "each option in {extra} itself, where it is checked"
+OPTION_FILES = {
+    "vllm": {"config": ("a YAML whose keys vLLM's parser inserts as options", INSTEAD)},
+    "sglang": {"config": ("a YAML whose keys SGLang merges into its options", INSTEAD)},
+    "trtllm": {"extra_llm_api_options": (
+        "a YAML of LLM-API options that overrides trtllm-serve's own",
+        "LLM-API options in {engine_options} (the collection writes that YAML itself, each key checked against the "
+        "release's schema), trtllm-serve's options in {extra}")},
+    "trtllm-serve disaggregated": {"config_file": (
+        "the disaggregated server's YAML: its host, port and workers",
+        "the collection writes that YAML itself from {pd}; the router's other options in {extra}")},
 }
 NEGATIVE_NUMBER_RE = re.compile(r"-\d+|-\d*\.\d+")  # argparse reads these as values, not options
 OPTION_RE = re.compile(r"(-[^=\s]*)(?:(=)|\s+)?(.*)", re.S)  # option, then "=value" or " value" (one string)
@@ -122,15 +153,17 @@ def check_extra(table, label, managed, extra, field="extra_args"):
     managed: dest -> the Arg that the collection emits for it (every spelling of a managed dest is refused).
     Elements are `--flag`, `--flag=value`, `--flag value` as one string (split on the first whitespace), a flag
     followed by its values as separate elements, aliases and short options (`-tp 4`), vLLM's underscore, dotted
-    and -O<n> spellings. Refused: an option whose dest the collection manages (any spelling), an option the
-    engine version does not have, a value for a switch, a missing value, a value that follows no option, a value
-    outside the option's choices or not of its type (check_values).
+    and -O<n> spellings. Refused: an option that has the engine read options from a file (OPTION_FILES, any
+    spelling), an option whose dest the collection manages (any spelling), an option the engine version does not
+    have, a value for a switch, a missing value, a value that follows no option, a value outside the option's choices
+    or not of its type (check_values).
     """
     extra = [] if extra is None or extra == "" else extra
     if isinstance(extra, str) or not isinstance(extra, (list, tuple)) or not all(isinstance(a, str) for a in extra):
         fail(field, extra, ["a list of strings, e.g. ['--max-running-requests', '64']"])
     check_no_control(field, list(extra))
     index = option_index(table)
+    option_files = OPTION_FILES.get(table["engine"], {})
     elements = [element.strip() for element in extra]
     argv = []
     position = 0
@@ -142,6 +175,12 @@ def check_extra(table, label, managed, extra, field="extra_args"):
                  "(give options as '--flag', '--flag=value', '--flag value' or '--flag', 'value')")
         name, equals, rest = OPTION_RE.match(spelling).groups()
         dest, values, implied, refusal = _option(table, index, label, name, spelling, field)
+        if dest in option_files:  # before the managed rule: the collection may pass it, with a file of its own
+            holds, instead = option_files[dest]
+            fail(field, spelling, [instead.format(extra=var(field), engine_options=var("engine_options"),
+                                                  pd=var("pd_members"))],
+                 "%s makes %s read options from a file (%s), which kimi.deploy never reads: none of them would be "
+                 "checked (managed flags, credentials, types, choices)" % (name, label, holds))
         if dest in managed:  # the managed-flag rule: by dest, so every spelling of a managed flag
             arg = managed[dest]
             instead = ("use %s instead" % var(arg.field)) if arg.field else "the collection fixes it for Kimi-K2.6"

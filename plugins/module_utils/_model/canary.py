@@ -15,24 +15,22 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import math
-import re
 
 from ansible_collections.kimi.deploy.plugins.module_utils import _prometheus as prom
+from ansible_collections.kimi.deploy.plugins.module_utils._model.constraints import count_or_share
 from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import fail
 
-COUNT_RE = re.compile(r"^([1-9][0-9]*)(%?)\Z")
 
 
 def canary_count(value, replicas):
     """Replicas in the canary batch: a count (1, 2, ...) or a percentage of the replicas (rounded up, at least one),
     leaving at least one replica out of it to compare with."""
-    text = str(value).strip()
-    match = None if isinstance(value, bool) else COUNT_RE.match(text)
+    parsed = count_or_share(value)
     allowed = ["a count of replicas (1, 2, ...) or a percentage of them (10%%) that leaves at least one replica "
                "outside the canary, of the %d here" % replicas]
-    if not match or (match.group(2) and int(match.group(1)) >= 100):
+    if not parsed or (parsed[1] and parsed[0] >= 100):
         fail("kimi_canary", value, allowed)
-    count = int(math.ceil(int(match.group(1)) * replicas / 100.0)) if match.group(2) else int(match.group(1))
+    count = int(math.ceil(parsed[0] * replicas / 100.0)) if parsed[1] else parsed[0]
     if count >= replicas:
         fail("kimi_canary", value, allowed, "the canary would take every replica, leaving none to compare it with")
     return max(1, count)

@@ -11,14 +11,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import re
-
+from ansible_collections.kimi.deploy.plugins.module_utils._model import constraints as _constraints
+from ansible_collections.kimi.deploy.plugins.module_utils._model.constraints import (  # noqa: F401 (re-exported)
+    CONTROL_RE, DeploymentError, control_name, refuse)
 from ansible_collections.kimi.deploy.plugins.module_utils._model.site_inputs import INPUTS
 from ansible_collections.kimi.deploy.plugins.module_utils._model.validate import full_match
-
-
-class DeploymentError(ValueError):
-    """An input that cannot be deployed. The message names the variable and the allowed values."""
 
 
 # Variable names users set (inventory or -e), by field, from the one table of site inputs; errors name both. The
@@ -37,43 +34,13 @@ def var(field):
 
 
 def fail(field, value, allowed, why=None):
-    msg = "%s=%r is not allowed" % (var(field), value)
-    if why:
-        msg += ": %s" % why
-    if allowed:
-        msg += ". Allowed values: %s" % ", ".join(str(a) for a in allowed)
-    raise DeploymentError(msg)
-
-
-# Characters that would split or bend what a string is written into (an argv element in the args file, a unit line, a
-# YAML value, a line of a file): C0 (newline, carriage return, tab, NUL, ...), DEL, C1 (NEL among them) and the
-# Unicode line and paragraph separators.
-CONTROL_RE = re.compile(u"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def control_name(char):
-    names = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab", "\x00": "a NUL",
-             u"\u2028": "a Unicode line separator", u"\u2029": "a Unicode paragraph separator", u"\x85": "a NEL"}
-    return names.get(char, "the control character U+%04X" % ord(char))
+    refuse(var(field), value, allowed, why)
 
 
 def check_no_control(field, value, where=""):
-    """Refuse a control character anywhere in `value` (a string, or strings inside lists and dicts, keys too),
-    naming the variable and the element (`where`, e.g. "element 2")."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            check_no_control(field, key, "%skey %r" % (where + " " if where else "", key))
-            check_no_control(field, item, "%s%r" % (where + " " if where else "", key))
-    elif isinstance(value, (list, tuple)):
-        for number, item in enumerate(value):
-            check_no_control(field, item, "%selement %d" % (where + " " if where else "", number))
-    elif isinstance(value, str):
-        match = CONTROL_RE.search(value)
-        if match:
-            fail(field, value, None, "%s holds %s at character %d: no control character may be in a value that "
-                 "becomes an argument, a unit line, a YAML value or a line of a file"
-                 % (where or "the value", control_name(match.group()), match.start()))
-    return value
+    """Refuse a control character anywhere in `value` (strings inside lists and dicts, keys too), naming the variable of
+    `field` and the element (`where`, e.g. "element 2")."""
+    return _constraints.check_no_control(var(field), value, where)
 
 
 def is_unset(value):

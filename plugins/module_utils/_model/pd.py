@@ -252,6 +252,10 @@ def resolve_pd(pd, spec, version, deployment, warnings):
         "served_model_name": deployment["served_model_name"],
         "context_length": deployment["context_length"],
     }
+    if data.get("kv_transfer_config") == "mooncake-v1":
+        # Its kv_connector_extra_config states this instance's tensor and data parallel sizes for both roles
+        # (_kv_transfer_config), and the connector computes which ranks of the other side to pull from with them.
+        result["layout"]["parallel"] = {"tp_size": deployment["tp"], "dp_size": deployment["dp"]}
     router = ROUTERS[data["router"]]
     result["router"] = {
         "host": router_host,
@@ -290,9 +294,10 @@ def layout_mismatch(layouts):
                 return ("%s differs between the hosts of the disaggregated deployment: %s on %s (%s) and %s on %s (%s). "
                         "The decode instances read the KV cache the prefill instances send, as it is sent: every host "
                         "of it needs the same identity, engine version, checkpoint revision, KV cache dtype, transfer "
-                        "backend, model name and context length (set them for the group, not per host)"
+                        "backend, model name and context length%s (set them for the group, not per host)"
                         % (_LAYOUT_VARIABLES.get(field, field), json.dumps(value), first["host"], first["role"],
-                           json.dumps(other["layout"].get(field)), other["host"], other["role"]))
+                           json.dumps(other["layout"].get(field)), other["host"], other["role"],
+                           _PARALLEL_WHY if "parallel" in first["layout"] else ""))
     return ""
 
 
@@ -304,4 +309,7 @@ _LAYOUT_VARIABLES = {
     "transfer_backend": "kimi_pd_transfer_backend",
     "served_model_name": "kimi_served_model_name",
     "context_length": "kimi_context_length",
+    "parallel": "the parallel layout (kimi_tensor_parallel, and each instance's accelerators)",
 }
+_PARALLEL_WHY = (", and, with vLLM-Ascend's MooncakeConnectorV1 (each instance states its own sizes for both "
+                 "roles), the same tensor and data parallel sizes")

@@ -18,6 +18,7 @@ from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints imp
 from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import VARIABLES, check_int, is_unset
 from ansible_collections.kimi.deploy.plugins.module_utils._model.kv_offload import memory_bytes_from_facts
 from ansible_collections.kimi.deploy.plugins.module_utils._model.pd import layout_mismatch
+from ansible_collections.kimi.deploy.plugins.module_utils._model.platforms import DEFAULT, PLATFORMS
 from ansible_collections.kimi.deploy.plugins.module_utils._model.site_inputs import INPUTS
 
 MISSING = object()
@@ -137,38 +138,124 @@ def accelerators(get, host):
     return []
 
 
-# What the hosts of one replica must agree on, shown when they do not (the command is what is compared).
-_REPLICA_SHOWN = (("gpus", "GPUs"), ("identity", "quant/engine"), ("engine_version", "kimi_engine_version"),
+# What the hosts of one replica must agree on besides their accelerators, shown when they do not (the command is
+# what is compared).
+_REPLICA_SHOWN = (("identity", "quant/engine"), ("engine_version", "kimi_engine_version"),
                   ("tp", "kimi_tensor_parallel"), ("pp", "kimi_pipeline_parallel"),
                   ("context_length", "kimi_context_length"), ("kv_cache_dtype", "kimi_kv_cache_dtype"),
                   ("mem_fraction", "kimi_mem_fraction"))
+MIB_PER_GIB = 1024.0
 
 
-def _shown(deployment):
-    hardware = deployment.get("hardware") or {}
-    gpus = "%d x %s" % (hardware["gpu_count"], "/".join(hardware["models"])) if hardware else "not read yet"
-    return dict((field, gpus if field == "gpus" else deployment.get(field)) for field, _name in _REPLICA_SHOWN)
+def _gib(mib):
+    return int(round((mib or 0) / MIB_PER_GIB))
+
+
+def _architecture(hardware):
+    """What a host's accelerators run kernels for: the platform, the family and the compute capability (NVIDIA sm_XY)
+    or the chip (Ascend)."""
+    return hardware.get("platform"), hardware.get("arch"), hardware.get("sm")
+
+
+def _per_device_gib(hardware):
+    """The memory of one accelerator in GiB: the smallest, and the mean (the same on a host of one model); GiB, not MiB,
+    so that a driver's few MiB more or less are not a difference."""
+    count = hardware.get("gpu_count") or 0
+    return _gib(hardware.get("vram_min_mib")), _gib((hardware.get("vram_total_mib") or 0) / count if count else 0)
+
+
+# What the ranks of one engine share, in the order a refusal names them: (name, the value compared).
+_ACCELERATORS = (("architecture", _architecture),
+                 ("model", lambda hardware: sorted(hardware.get("models") or [])),
+                 ("memory", _per_device_gib),
+                 ("count", lambda hardware: hardware.get("gpu_count")))
+
+
+def _accelerator_text(hardware):
+    """8 x NVIDIA H100 80GB HBM3 (sm_90, 80 GiB each): a host's accelerators as the refusals show them."""
+    details = [hardware["sm"]] if hardware.get("sm") else []
+    if hardware.get("vram_min_mib"):
+        smallest, mean = _per_device_gib(hardware)
+        details.append(("%d GiB each" if smallest == mean else "at least %d GiB each") % smallest)
+    return "%d x %s%s" % (hardware.get("gpu_count") or 0, "/".join(hardware.get("models") or ["unknown"]),
+                          " (%s)" % ", ".join(details) if details else "")
+
+
+def _listed(words):
+    return words[0] if len(words) == 1 else "%s and %s" % (", ".join(words[:-1]), words[-1])
+
+
+def hardware_differences(first, other):
+    """The names of what differs between two hosts' hardware dicts (_deployment's `hardware`): architecture, model,
+    memory, count, in that order; [] when they agree."""
+    return [name for name, key in _ACCELERATORS if key(other) != key(first)]
+
+
+def _pd_architecture(hardware):
+    """What the KV cache's layout depends on across a disaggregated deployment's instances: the platform and, on NVIDIA,
+    the compute capability (the engines pick their attention kernels by it), on Ascend the family."""
+    platform = hardware.get("platform")
+    traits = PLATFORMS.get(platform) or PLATFORMS[DEFAULT]  # a summary without a platform is the default one's
+    return platform, hardware.get(traits["family_key"])
+
+
+def _pd_hardware(name, first_host, first, known):
+    """The hosts of a disaggregated deployment whose accelerators are of another platform or architecture than the
+    first host's, as one message, or ''."""
+    mine = first.get("hardware")
+    if not mine:
+        return ""
+    differs = ["%s (%s) has %s, %s (%s) %s: %s differs" % (
+        host, d["pd"]["role"], _accelerator_text(d["hardware"]), first_host, first["pd"]["role"],
+        _accelerator_text(mine), "platform" if d["hardware"].get("platform") != mine.get("platform") else
+        "architecture") for host, d in known if _pd_architecture(d["hardware"]) != _pd_architecture(mine)]
+    if not differs:
+        return ""
+    return ("kimi_pd %s: %s. The decode instances read the KV cache the prefill instances "
+            "send, as it is sent, and each engine lays it out for the kernels of its own architecture (vLLM picks its "
+            "attention backend by compute capability, and its NIXL connector requires the same one on both sides): "
+            "every host of a disaggregated deployment needs accelerators of one architecture (their number and memory "
+            "may differ between instances; the hosts of one instance's replica need the same ones)."
+            % (name, "; ".join(differs)))
 
 
 def group_disagreement(kind, name, resolved):
     """resolved: [(host, deployment)] of one group (kind "replica" or "pd") in inventory order, each resolved from that
     host's own inputs and facts -> one message naming the hosts that differ from the first (a replica's head), or ''.
-    Hosts whose accelerators are not read yet are compared with the others once they are (site.yml resolves again
-    after the host stage)."""
+    The accelerators are compared first (a replica: model, memory, count and architecture; a disaggregated deployment:
+    the architecture), then the command (a replica) or the KV layout (a disaggregated deployment). Hosts whose
+    accelerators are not read yet are compared with the others once they are (site.yml resolves again after the host
+    stage)."""
     if len(resolved) < 2:
         return ""
     first_host, first = resolved[0]
     known = [(host, d) for host, d in resolved[1:] if bool(d.get("hardware")) == bool(first.get("hardware"))]
     if kind == "pd":
+        refused = _pd_hardware(name, first_host, first, known)
+        if refused:
+            return refused
         mismatch = layout_mismatch([{"host": host, "role": d["pd"]["role"], "layout": d["pd"]["layout"]}
                                     for host, d in [(first_host, first)] + known])
         return "kimi_pd %s: %s." % (name, mismatch) if mismatch else ""
+    if first.get("hardware"):
+        other_gpus = []
+        for host, deployment in known:
+            what = hardware_differences(first["hardware"], deployment["hardware"])
+            if what:
+                other_gpus.append("%s has %s, its head %s %s: %s differ%s" % (
+                    host, _accelerator_text(deployment["hardware"]), first_host, _accelerator_text(first["hardware"]),
+                    _listed(what), "s" if len(what) == 1 else ""))
+        if other_gpus:
+            return ("kimi_replica %s: %s. A replica over several hosts is one engine: its ranks run kernels built "
+                    "for one architecture, each holds an equal share of the model, and the smallest accelerator's "
+                    "memory bounds every rank's KV cache; every host of it needs the same accelerators (model, memory, "
+                    "count and architecture): serve the other hosts as replicas of their own." % (name, "; ".join(
+                        other_gpus)))
     differs = []
     for host, deployment in known:
         if deployment["member_commands"] != first["member_commands"]:
-            mine, theirs = _shown(first), _shown(deployment)
-            what = ["%s %s (%s: %s)" % (label, theirs[field], first_host, mine[field])
-                    for field, label in _REPLICA_SHOWN if theirs[field] != mine[field]]
+            what = ["%s %s (%s: %s)" % (label, deployment.get(field), first_host, first.get(field))
+                    for field, label in _REPLICA_SHOWN if deployment.get(field) != first.get(field)]
             differs.append("%s resolves another command than its head %s%s" % (
                 host, first_host, (": " + ", ".join(what)) if what else " (another site input differs)"))
     if not differs:

@@ -41,7 +41,7 @@ def test_a_replica_cut_by_limit_is_refused():
 
 @pytest.mark.parametrize("serial", ["two", 0, "0", "0%", "1.5", "-1", True, "25 %"])
 def test_a_bad_serial_names_the_variable(serial):
-    with pytest.raises(AnsibleFilterError, match="kimi_fleet_serial must be a count of replicas"):
+    with pytest.raises(AnsibleFilterError, match=r"^kimi\.deploy: kimi_fleet_serial=.* is not allowed\. Allowed values: a count of replicas"):
         replica_batches(HOSTS, HOSTVARS, serial)
 
 

@@ -3,6 +3,7 @@ alone, and each member's command line, every flag checked against the pinned par
 import pytest
 
 from ansible_collections.kimi.deploy.plugins.module_utils._model import deployment as dm
+from ansible_collections.kimi.deploy.plugins.module_utils._model.site import group_disagreement
 
 from test_deployment import SHA, gpus, parse_against_pinned_parser
 
@@ -105,3 +106,24 @@ def test_a_replica_without_a_head_address_is_refused_naming_the_variable():
 def test_replica_flags_cannot_be_set_by_hand():
     with pytest.raises(dm.DeploymentError, match=r"--nnodes is set by the collection"):
         replica(H100x8, 1, quant="int4", engine="vllm", extra_args=["--nnodes", "2"])
+
+
+RTX8 = gpus("NVIDIA RTX PRO 6000 Blackwell Server Edition", "12.0", 97887, 8)
+
+
+@pytest.mark.parametrize("other, shown, what", [
+    (B200x8, "8 x NVIDIA B200 (sm_100, 179 GiB each)", "architecture, model and memory differ"),
+    (RTX8, "8 x NVIDIA RTX PRO 6000 Blackwell Server Edition (sm_120, 96 GiB each)",
+     "architecture, model and memory differ"),
+])
+def test_a_replica_of_other_gpus_with_the_same_command_is_refused(other, shown, what):
+    """Issue 50: 8 x H100 with 8 x B200 (or 8 x RTX PRO 6000) resolve the very same int4 vLLM commands, and are still
+    two kinds of GPU under one engine: refused, naming the member and what differs."""
+    head = replica(H100x8, 2, 0, quant="int4", engine="vllm")
+    worker = replica(other, 2, 1, quant="int4", engine="vllm")
+    assert worker["member_commands"] == head["member_commands"]  # what the command comparison alone let through
+    same = replica(H100x8, 2, 1, quant="int4", engine="vllm")
+    assert group_disagreement("replica", "r1", [("gpu1", head), ("gpu2", same)]) == ""
+    refused = group_disagreement("replica", "r1", [("gpu1", head), ("gpu2", worker)])
+    assert refused.startswith("kimi_replica r1: gpu2 has %s, its head gpu1 8 x NVIDIA H100 80GB HBM3 (sm_90, 80 GiB "
+                              "each): %s. A replica over several hosts is one engine" % (shown, what)), refused

@@ -41,10 +41,11 @@ def test_the_spec_file_and_the_table_hold_the_same_inputs_both_ways():
     for name, item in table.items():
         option = options[name]
         assert option["type"] == item.type and option.get("default") == item.default, name
-        assert option.get("choices") == (list(item.choices) if item.choices else None), name
+        assert option.get("choices") == _site_inputs.choices(item), name
         assert bool(option.get("no_log")) == item.no_log, name
         described = option["description"] if isinstance(option["description"], list) else [option["description"]]
-        assert described == list(item.doc) and all(described), name
+        assert described == list(item.doc) + ["Allowed values: %s." % "; ".join(_site_inputs.allowed(item))], name
+        assert all(described), name
 
 
 def test_each_variable_is_declared_once_and_each_field_has_one_variable():
