@@ -116,6 +116,26 @@ def test_site_refuses_bad_input_before_any_role_runs(tmp_path):
     assert "Turn the host into a container host for its accelerators" not in out  # the changing play never started
 
 
+@pytest.mark.parametrize("extra, message", [
+    ("kimi_probe_interval=1s;reboot", "kimi.deploy: kimi_probe_interval='1s;reboot' is not allowed: systemd would not "
+                                      "parse it as a time span"),
+    ("caddy_proxy_generation_timeout=15min", "kimi.deploy: caddy_proxy_generation_timeout='15min' is not allowed. "
+                                             "Allowed values: a Go duration"),
+])
+def test_plan_and_site_refuse_an_input_alike_with_its_first_preflight_task(tmp_path, extra, message):
+    """The one check path: plan.yml and site.yml refuse the same value with the same line, site.yml in the first task
+    that could read a host (the disk read test keeps a figure on it), so nothing reaches a timer or a Caddyfile."""
+    rc, out = playbook("playbooks/plan.yml", "-e", RTX, "-e", "quant=int4", "-e", "engine=sglang", "-e", extra)
+    assert rc != 0 and message in out, out[-2000:]
+    rc, out = playbook("-i", str(local_inventory(tmp_path)), "site.yml", "-e", RTX, "-e", "quant=int4", "-e",
+                       "engine=sglang", "-e", "kimi_int4_revision=" + SHA, "-e", extra)
+    assert rc != 0 and message in out, out[-2000:]
+    failed = re.search(r"TASK \[([^\]]+)\][ *]*\[ERROR\]", out)
+    assert failed and failed.group(1) == "Check the site inputs", out[-2000:]
+    assert "Read the host's OS facts" not in out and "Measure the weights disk" not in out
+    assert_nothing_changed(out, "localhost")
+
+
 def test_site_refuses_an_unpinned_checkpoint(tmp_path):
     inventory = local_inventory(tmp_path)
     rc, out = playbook("-i", str(inventory), "site.yml", "-e", "quant=int4", "-e", "engine=vllm", "-e", RTX)

@@ -21,7 +21,6 @@ from ansible_collections.kimi.deploy.plugins.module_utils._model.constraints imp
 from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import fail
 
 
-
 def canary_count(value, replicas):
     """Replicas in the canary batch: a count (1, 2, ...) or a percentage of the replicas (rounded up, at least one),
     leaving at least one replica out of it to compare with."""

@@ -12,11 +12,14 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kimi.deploy.plugins.module_utils._model import constraints as _constraints
-from ansible_collections.kimi.deploy.plugins.module_utils._model.constraints import (  # noqa: F401 (re-exported)
-    CONTROL_RE, DeploymentError, control_name, refuse)
+from ansible_collections.kimi.deploy.plugins.module_utils._model.constraints import refuse
 from ansible_collections.kimi.deploy.plugins.module_utils._model.site_inputs import INPUTS
 from ansible_collections.kimi.deploy.plugins.module_utils._model.validate import full_match
 
+
+# The model's modules and the filters take the error and the control-character rule from here.
+DeploymentError = _constraints.DeploymentError
+CONTROL_RE, control_name = _constraints.CONTROL_RE, _constraints.control_name
 
 # Variable names users set (inventory or -e), by field, from the one table of site inputs; errors name both. The
 # rest name what the inventory implies (the replica's size and a host's place in it) or a family (a revision per quant).

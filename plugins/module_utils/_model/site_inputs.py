@@ -70,234 +70,240 @@ def M(constraint):
 
 
 INPUTS = (
-    Input('quant', 'raw', check=Checked("the checkpoints table (%s, or auto) and the platform's quants" % ", ".join(QUANTS), bad=("int8", 4, ["int4"])), field='quant', read='field', default='auto', doc=(
+    Input('quant', 'raw', field='quant', read='field', default='auto', doc=(
         'Checkpoint quantization, C(int4) (moonshotai/Kimi-K2.6) or C(nvfp4) (nvidia/Kimi-K2.6-NVFP4).',
         'C(auto) recommends from the GPUs.',
-    )),
-    Input('engine', 'raw', check=Checked("the engine registry (plugins/module_utils/_engines)", bad=("tensorrt", "sglangx", 5, ["vllm"])), field='engine', read='field', default='auto', doc=(
+    ), check=Checked("the checkpoints table (%s, or auto) and the platform's quants" % ", ".join(QUANTS),
+                     bad=("int8", 4, ["int4"]))),
+    Input('engine', 'raw', field='engine', read='field', default='auto', doc=(
         'Serving engine, C(sglang), C(vllm) or C(trtllm) (TensorRT-LLM, NVFP4 on datacenter Blackwell only); '
         'C(auto) recommends from the GPUs. SGLang serves int4 only.',
-    )),
-    Input('kimi_engine_version', 'raw', check=M(Text(r"[0-9][0-9A-Za-z.+-]{0,63}", "a release such as 0.33.0 or 0.5.12.post1", 64, bad=("v0.33.0", "latest"))), field='engine_version', read='field', doc=(
+    ), check=Checked("the engine registry (plugins/module_utils/_engines)", bad=("tensorrt", "sglangx", 5, ["vllm"]))),
+    Input('kimi_engine_version', 'raw', field='engine_version', read='field', doc=(
         'The engine release (e.g. C(0.33.0) for vLLM); unset serves the verified default (vLLM 0.22.1, SGLang '
         "0.5.12.post1, TensorRT-LLM's pinned release), or the version the tag of C(kimi_engine_image) names.",
         "Flags, config keys and parsers are checked against that release's own list; a release without a list is "
         'refused, naming the known ones and C(make engine-flags ENGINE= VERSION=), which adds one.',
-    )),
-    Input('kimi_trtllm_options', 'raw', check=Mapping("nested LLM-API options, each key checked against the pinned release's schema by the model"), field='engine_options', read='field', default={}, doc=(
+    ), check=M(Text(r"[0-9][0-9A-Za-z.+-]{0,63}", "a release such as 0.33.0 or 0.5.12.post1", 64,
+                    bad=("v0.33.0", "latest")))),
+    Input('kimi_trtllm_options', 'raw', field='engine_options', read='field', default={}, doc=(
         "engine=trtllm only. More LLM-API options for trtllm-serve's YAML config (a dict, nested as the YAML is),"
         " each key checked against the pinned release's TorchLlmArgs schema. Keys the collection writes "
         '(tensor_parallel_size, pipeline_parallel_size, max_seq_len, trust_remote_code, kv_cache_config.dtype, '
         'kv_cache_config.free_gpu_memory_fraction, backend) are refused, naming the variable that owns each.',
-    )),
-    Input('kimi_int4_revision', 'raw', check=SHA, doc=(
+    ), check=Mapping("nested LLM-API options, each key checked against the pinned release's schema by the model")),
+    Input('kimi_int4_revision', 'raw', doc=(
         '40-hex lower-case commit of moonshotai/Kimi-K2.6. Required when quant is int4; there is no safe default.',
-    )),
-    Input('kimi_nvfp4_revision', 'raw', check=SHA, doc=(
+    ), check=SHA),
+    Input('kimi_nvfp4_revision', 'raw', doc=(
         '40-hex lower-case commit of nvidia/Kimi-K2.6-NVFP4. Required when quant is nvfp4.',
-    )),
-    Input('kimi_w4a8_revision', 'raw', check=SHA, doc=(
+    ), check=SHA),
+    Input('kimi_w4a8_revision', 'raw', doc=(
         '40-hex lower-case commit of Eco-Tech/Kimi-K2.6-W4A8 (Ascend NPUs). Required when quant is w4a8.',
-    )),
-    Input('kimi_kv_cache_dtype', 'raw', check=M(Text(r"[a-z0-9_]{1,32}", "a KV-cache dtype of the engine's menu (e.g. fp8, fp8_e4m3, bf16)", 32, bad=("FP8", "fp8 "))), field='kv_cache_dtype', read='field', doc=(
+    ), check=SHA),
+    Input('kimi_kv_cache_dtype', 'raw', field='kv_cache_dtype', read='field', doc=(
         "KV-cache dtype; unset picks the recommended one of the engine's menu (SGLang fp8_e4m3, vLLM fp8).",
-    )),
-    Input('kimi_moe_backend', 'raw', check=M(Text(r"[a-z0-9_]{1,40}", "a MoE backend of the engine (e.g. marlin, flashinfer_cutedsl)", 40, bad=("Marlin",))), field='moe_backend', read='field', doc=(
+    ), check=M(Text(r"[a-z0-9_]{1,32}", "a KV-cache dtype of the engine's menu (e.g. fp8, fp8_e4m3, bf16)", 32,
+                    bad=("FP8", "fp8 ")))),
+    Input('kimi_moe_backend', 'raw', field='moe_backend', read='field', doc=(
         'NVFP4 MoE backend (marlin, flashinfer_b12x, flashinfer_cutedsl); unset picks per architecture.',
-    )),
-    Input('kimi_context_length', 'raw', check=M(Int(1, 16777216)), field='context_length', read='field', doc=(
+    ), check=M(Text(r"[a-z0-9_]{1,40}", "a MoE backend of the engine (e.g. marlin, flashinfer_cutedsl)", 40,
+                    bad=("Marlin",)))),
+    Input('kimi_context_length', 'raw', field='context_length', read='field', doc=(
         'Context length in tokens (4096..262144); unset serves the 256K window where the KV pool allows it.',
-    )),
-    Input('kimi_mem_fraction', 'raw', check=M(Float(0, 1, low_open=True)), field='mem_fraction', read='field', doc=(
+    ), check=M(Int(1, 16777216))),
+    Input('kimi_mem_fraction', 'raw', field='mem_fraction', read='field', doc=(
         "The engine's memory knob (SGLang --mem-fraction-static <= 0.85, vLLM --gpu-memory-utilization <= 0.98, "
         'TensorRT-LLM kv_cache_config.free_gpu_memory_fraction <= 0.9, a share of what is free after the '
         'weights).',
-    )),
-    Input('kimi_tensor_parallel', 'raw', check=M(Int(1, 256)), field='tp', read='field', doc=(
+    ), check=M(Float(0, 1, low_open=True))),
+    Input('kimi_tensor_parallel', 'raw', field='tp', read='field', doc=(
         'Tensor-parallel size (a power of two, at most the GPUs found); unset uses every GPU.',
-    )),
-    Input('kimi_instances', 'raw', check=M(Int(1, 256)), field='instances', read='field', doc=(
+    ), check=M(Int(1, 256))),
+    Input('kimi_instances', 'raw', field='instances', read='field', doc=(
         "Engine instances on one host, served by the engine's own data parallelism under the one unit (vLLM "
         '--data-parallel-size, SGLang --dp-size; TensorRT-LLM serves one). Unset - the plan ranks the layouts '
         'that fit by expected throughput per GPU for C(kimi_workload) and picks the best, unless '
         'C(kimi_tensor_parallel) is set (then one instance of that size).',
-    )),
-    Input('kimi_workload', 'raw', check=M(Mapping("input_tokens, output_tokens, concurrency, checked by the layout model")), field='workload', read='field', doc=(
+    ), check=M(Int(1, 256))),
+    Input('kimi_workload', 'raw', field='workload', read='field', doc=(
         'The traffic the layout is ranked for - a dict of C(input_tokens), C(output_tokens) and C(concurrency) '
         '(each optional); unset - a chat workload (2048 in, 512 out, 32 concurrent).',
-    )),
-    Input('kimi_engine_host', 'raw', check=Checked("the deployment model (an IP address or a host name)", bad=("a b", "host;rm", ["x"])), field='host', read='field', doc=(
+    ), check=M(Mapping("input_tokens, output_tokens, concurrency, checked by the layout model"))),
+    Input('kimi_engine_host', 'raw', field='host', read='field', doc=(
         'Address the engine listens on (default 127.0.0.1; the proxy reaches it over loopback).',
         '0.0.0.0 is an opt-in, with a warning.',
-    )),
-    Input('kimi_engine_port', 'raw', check=M(Int(1, 65535)), field='port', read='field', doc=(
+    ), check=Checked("the deployment model (an IP address or a host name)", bad=("a b", "host;rm", ["x"]))),
+    Input('kimi_engine_port', 'raw', field='port', read='field', doc=(
         'Engine port (1..65535, default 30000).',
-    )),
-    Input('kimi_served_model_name', 'raw', check=Checked("the deployment model (1-128 letters, digits and . _ : / -)", bad=("kimi k2", "-x", ["x"])), field='served_model_name', read='field', doc=(
+    ), check=M(Int(1, 65535))),
+    Input('kimi_served_model_name', 'raw', field='served_model_name', read='field', doc=(
         'The OpenAI C(model) id clients send (default kimi-k2.6).',
-    )),
-    Input('kimi_engine_extra_args', 'raw', check=ListOf(Text(r"(?s).+", "a non-empty string", MAX_TEXT), 0, 256), field='extra_args', read='field', default=[], doc=(
+    ), check=Checked("the deployment model (1-128 letters, digits and . _ : / -)", bad=("kimi k2", "-x", ["x"]))),
+    Input('kimi_engine_extra_args', 'raw', field='extra_args', read='field', default=[], doc=(
         "Extra engine arguments, a list of strings. Checked against the pinned engine's own option list; flags "
         'the collection manages are refused in every spelling (aliases, C(=value), underscores).',
-    )),
-    Input('kimi_engine_image', 'raw', check=Checked("the deployment model (an image reference)", bad=("a b", "-image", {"a": 1})), field='image', read='field', doc=(
+    ), check=ListOf(Text(r"(?s).+", "a non-empty string", MAX_TEXT), 0, 256)),
+    Input('kimi_engine_image', 'raw', field='image', read='field', doc=(
         'Override of the pinned engine image (a mirror). The old name C(kimi_image) still works, with a '
         'deprecation warning.',
-    )),
-    Input('kimi_gpus', 'list', check=Accelerators(), elements='dict', doc=(
+    ), check=Checked("the deployment model (an image reference)", bad=("a b", "-image", {"a": 1}))),
+    Input('kimi_gpus', 'list', elements='dict', doc=(
         'GPUs to plan for instead of reading them with M(kimi.deploy.gpu_facts) (C(-e '
         '@tests/fixtures/gpus/<profile>.json)).',
-    )),
-    Input('kimi_allow_unfit', 'bool', check=Bool(), default=False, doc=(
+    ), check=Accelerators()),
+    Input('kimi_allow_unfit', 'bool', default=False, doc=(
         'Go on when the GPUs cannot hold the deployment. Only for tests.',
-    )),
-    Input('kimi_metrics', 'bool', check=Bool(), default=True, doc=(
+    ), check=Bool()),
+    Input('kimi_metrics', 'bool', default=True, doc=(
         'Metrics on every host (M(kimi.deploy.kimi_metrics) role) - the node exporter, the accelerator exporter '
         'and the deployment as series on loopback - and Caddy serving them to C(caddy_proxy_metrics_keys).',
-    )),
-    Input('kimi_bench_min_ratio', 'float', check=Float(0, 1000, low_open=True), doc=(
+    ), check=Bool()),
+    Input('kimi_bench_min_ratio', 'float', doc=(
         "Gate each host on a post-deploy benchmark (site.yml's bench stage) - the output throughput of a bounded "
         'sweep through the proxy must be at least this ratio of the baseline (C(kimi_bench_baseline), the '
         "collection's for C(kimi_bench_profile), else the host's last run of the identity), or the host rolls "
         'back as a failed verify does. Unset - no gate (the default; C(playbooks/bench.yml) benchmarks on '
         'demand).',
-    )),
-    Input('kimi_bench_levels', 'list', check=ListOf(Int(1, 4096), 1, 32), default=[1, 4, 16], elements='int', doc=(
+    ), check=Float(0, 1000, low_open=True)),
+    Input('kimi_bench_levels', 'list', default=[1, 4, 16], elements='int', doc=(
         'The concurrencies of the sweep.',
-    )),
-    Input('kimi_bench_requests_per_level', 'int', check=Int(1, 100000), default=32, doc=(
+    ), check=ListOf(Int(1, 4096), 1, 32)),
+    Input('kimi_bench_requests_per_level', 'int', default=32, doc=(
         'Requests at each concurrency (the sweep is bounded by count, and by C(kimi_bench_timeout)).',
-    )),
-    Input('kimi_bench_workload', 'str', check=Choice(("chat", "multi_turn")), default='chat', doc=(
+    ), check=Int(1, 100000)),
+    Input('kimi_bench_workload', 'str', default='chat', doc=(
         'C(chat) - synthetic single-turn prompts. C(multi_turn) - a replay of agent-like sessions with shared '
         'prefixes (one system prompt shared by every session, each turn resent with its history), to measure a KV '
         'host tier (C(kimi_kv_offload)); the session file is generated, deterministic, and kept with the results.',
-    )),
-    Input('kimi_bench_sessions_per_level', 'int', check=Int(1, 100000), default=16, doc=(
+    ), check=Choice(("chat", "multi_turn"))),
+    Input('kimi_bench_sessions_per_level', 'int', default=16, doc=(
         'C(multi_turn) - sessions at each concurrency (at least the concurrency).',
-    )),
-    Input('kimi_bench_turns', 'int', check=Int(1, 64), default=4, doc=(
+    ), check=Int(1, 100000)),
+    Input('kimi_bench_turns', 'int', default=4, doc=(
         'C(multi_turn) - user turns per session; each adds about C(kimi_bench_input_tokens) new tokens.',
-    )),
-    Input('kimi_bench_system_tokens', 'int', check=Int(0, 262144), default=2048, doc=(
+    ), check=Int(1, 64)),
+    Input('kimi_bench_system_tokens', 'int', default=2048, doc=(
         'C(multi_turn) - about how many tokens the shared system prompt has (0 - none).',
-    )),
-    Input('kimi_bench_turn_delay_ms', 'int', check=Int(0, 600000), default=0, doc=(
+    ), check=Int(0, 262144)),
+    Input('kimi_bench_turn_delay_ms', 'int', default=0, doc=(
         'C(multi_turn) - think time before each turn after the first, milliseconds.',
-    )),
-    Input('kimi_bench_input_tokens', 'int', check=Int(1, 262144), default=1024, doc=(
+    ), check=Int(0, 600000)),
+    Input('kimi_bench_input_tokens', 'int', default=1024, doc=(
         "Mean prompt length of the synthetic requests, in the checkpoint's tokens (seeds 002/003 - 1K/1K).",
-    )),
-    Input('kimi_bench_output_tokens', 'int', check=Int(1, 262144), default=1024, doc=(
+    ), check=Int(1, 262144)),
+    Input('kimi_bench_output_tokens', 'int', default=1024, doc=(
         'Mean output length of the synthetic requests.',
-    )),
-    Input('kimi_bench_timeout', 'int', check=Int(1, 86400, unit="seconds"), default=1800, doc=(
+    ), check=Int(1, 262144)),
+    Input('kimi_bench_timeout', 'int', default=1800, doc=(
         'Seconds the whole sweep may take; the client is stopped and the run fails after it.',
-    )),
-    Input('kimi_bench_baseline', 'path', check=ControllerPath("file"), doc=(
+    ), check=Int(1, 86400, unit="seconds")),
+    Input('kimi_bench_baseline', 'path', doc=(
         "A benchmark result JSON to compare with (default - the collection's for C(kimi_bench_profile), else the "
         'last run).',
-    )),
-    Input('kimi_bench_profile', 'str', check=Text(r"[a-z0-9][a-z0-9._-]{0,63}", "a profile name such as rtx-pro-6000-x8", 64), doc=(
+    ), check=ControllerPath("file")),
+    Input('kimi_bench_profile', 'str', doc=(
         'The hardware profile whose shipped baseline applies (C(bench/baselines/<profile>-<identity>.json)).',
-    )),
-    Input('kimi_bench_dir', 'path', check=ControllerPath(None), doc=(
+    ), check=Text(r"[a-z0-9][a-z0-9._-]{0,63}", "a profile name such as rtx-pro-6000-x8", 64)),
+    Input('kimi_bench_dir', 'path', doc=(
         'Where the results go on the controller (default C(~/.kimi-deploy/bench)).',
-    )),
-    Input('kimi_bench_url', 'str', check=Text(r"https?://[A-Za-z0-9.\[\]:-]+(/[!-~]*)?", "an http(s) URL", 2048, good=("https://h:8443",), bad=("h:8443", "https://a b")), doc=(
+    ), check=ControllerPath(None)),
+    Input('kimi_bench_url', 'str', doc=(
         "The proxy's base URL as the controller reaches it (default "
         'C(https://<caddy_proxy_site_address>:<port>)).',
-    )),
-    Input('kimi_bench_api_key', 'str', check=Text(r"[!-~]{8,512}", "8-512 printable characters, no space", 512), no_log=True, doc=(
+    ), check=Text(r"https?://[A-Za-z0-9.\[\]:-]+(/[!-~]*)?", "an http(s) URL", 2048, good=("https://h:8443",),
+                  bad=("h:8443", "https://a b"))),
+    Input('kimi_bench_api_key', 'str', no_log=True, doc=(
         'The key the benchmark sends (default - the first key of C(caddy_proxy_clients)); give it a client of its'
         ' own.',
-    )),
-    Input('kimi_bench_api_key_file', 'path', check=ControllerPath("file"), doc=(
+    ), check=Text(r"[!-~]{8,512}", "8-512 printable characters, no space", 512)),
+    Input('kimi_bench_api_key_file', 'path', doc=(
         'A file on the controller holding that key instead.',
-    )),
-    Input('kimi_bench_ca_file', 'path', check=ControllerPath("file"), doc=(
+    ), check=ControllerPath("file")),
+    Input('kimi_bench_ca_file', 'path', doc=(
         "The CA that verifies the proxy (default - the proxy's internal root, copied from the host).",
-    )),
-    Input('kimi_bench_aiperf', 'path', check=ControllerPath(None), doc=(
+    ), check=ControllerPath("file")),
+    Input('kimi_bench_aiperf', 'path', doc=(
         'The aiperf executable (default C(.venv-bench/bin/aiperf) of a checkout, made by C(make bench-client), '
         'else C(aiperf) on the PATH).',
-    )),
-    Input('kimi_bench_confirm', 'bool', check=Bool(), default=False, doc=(
+    ), check=ControllerPath(None)),
+    Input('kimi_bench_confirm', 'bool', default=False, doc=(
         'C(playbooks/bench.yml) loads the hosts like production traffic and runs only with this set.',
-    )),
-    Input('kimi_fleet_serial', 'raw', check=CountOrShare("replicas"), doc=(
+    ), check=Bool()),
+    Input('kimi_fleet_serial', 'raw', doc=(
         'A fleet run - switch this many hosts at a time (a count such as C(1), or a percentage such as C(25%)), '
         'each drained at its proxy first and put back after it is verified. Unset - every host at once, no drain.',
-    )),
-    Input('kimi_fleet_max_fail_percentage', 'int', check=Int(0, 100), doc=(
+    ), check=CountOrShare("replicas")),
+    Input('kimi_fleet_max_fail_percentage', 'int', doc=(
         'Failed hosts (percent of a batch) that stop a fleet run; default 0 in a fleet run (the first failure '
         'stops it).',
-    )),
-    Input('kimi_fleet_prefetch', 'bool', check=Bool(), default=False, doc=(
+    ), check=Int(0, 100)),
+    Input('kimi_fleet_prefetch', 'bool', default=False, doc=(
         'Prepare the target identity on every host (weights, image, page cache) while the current one serves, and'
         ' stop before any switch. A later run then switches with only a restart and a load in the window.',
-    )),
-    Input('kimi_fleet_warm_page_cache', 'bool', check=Bool(), doc=(
+    ), check=Bool()),
+    Input('kimi_fleet_warm_page_cache', 'bool', doc=(
         'Read the target shards into the page cache before the switch, within C(kimi_weights_warm_reserve_bytes).'
         ' Default - on in a fleet run and a prefetch.',
-    )),
-    Input('kimi_replica', 'str', check=NAME, doc=(
+    ), check=Bool()),
+    Input('kimi_replica', 'str', doc=(
         'Name of the replica this host belongs to. The kimi_servers hosts with the same name serve one model '
         "replica together, with the engines' own multi-node mode; the first in inventory order is the head, which"
         ' serves the API, runs Caddy and is verified. The hosts of a replica restart together, and must be listed'
         ' one after the other. Unset - the host is a replica of one.',
-    )),
-    Input('kimi_replica_head_address', 'str', check=ADDRESS, field='head_address', read='member', doc=(
+    ), check=NAME),
+    Input('kimi_replica_head_address', 'str', field='head_address', read='member', doc=(
         "The head's address on the replica's network, which every host of the replica must reach (checked in "
         "preflight); default - the head's ansible_host, else its name.",
-    )),
-    Input('kimi_replica_port', 'int', check=Int(1, 65535), field='dist_port', read='field', doc=(
+    ), check=ADDRESS),
+    Input('kimi_replica_port', 'int', field='dist_port', read='field', doc=(
         "The engines' rendezvous port on the head (SGLang --dist-init-addr, vLLM --master-port); default 29500.",
-    )),
-    Input('kimi_pipeline_parallel', 'int', check=Int(1, 64), field='pp', read='field', doc=(
+    ), check=Int(1, 65535)),
+    Input('kimi_pipeline_parallel', 'int', field='pp', read='field', doc=(
         'Pipeline-parallel size; default - 1 on one host, the number of hosts for vLLM across hosts.',
-    )),
-    Input('kimi_replica_plan_hosts', 'int', check=Int(1, 16), doc=(
+    ), check=Int(1, 64)),
+    Input('kimi_replica_plan_hosts', 'int', doc=(
         'plan.yml only - preview a replica of this many hosts like the one in kimi_gpus (C(make plan HOSTS=2)).',
-    )),
-    Input('kimi_fleet_address', 'str', check=ADDRESS, field='fleet_address', read='member', doc=(
+    ), check=Int(1, 16)),
+    Input('kimi_fleet_address', 'str', field='fleet_address', read='member', doc=(
         "This host's address on the fleet's private network, where the gateways (the hosts of the group "
         "C(kimi_gateways)) reach its engine; with a gateway in the inventory the engine listens there (a "
         "replica's hosts use their head's). Default - its ansible_host, else its name.",
-    )),
-    Input('kimi_fleet_plan', 'raw', check=Int(1, 64), doc=(
+    ), check=ADDRESS),
+    Input('kimi_fleet_plan', 'raw', doc=(
         'plan.yml only - preview a fleet of this many hosts behind a gateway (C(make plan FLEET=2)).',
-    )),
-    Input('kimi_canary', 'raw', check=CountOrShare("replicas", whole=False), doc=(
+    ), check=Int(1, 64)),
+    Input('kimi_canary', 'raw', doc=(
         'A canary switch - the first batch of a rolling switch is this many replicas (C(1)) or this share of them '
         '(C(10%), rounded up), leaving at least one outside it. After it is verified and back in the fleet gateway '
         "(kimi_gateways), the switch stops and compares it with the rest on the gateway's traffic (its share is its "
         "replicas' share of the instances) - error rate, TTFT and ITL - then promotes it (the switch goes on, one "
         'replica at a time unless C(kimi_fleet_serial) says otherwise) or rolls it back and stops, naming the figure '
         'that decided. Meanwhile two identities serve the same model name.',
-    )),
-    Input('kimi_canary_requests', 'int', check=Int(1, 1000000), default=200, doc=(
+    ), check=CountOrShare("replicas", whole=False)),
+    Input('kimi_canary_requests', 'int', default=200, doc=(
         "Finished requests on the canary's instances that end the comparison (or C(kimi_canary_minutes)).",
-    )),
-    Input('kimi_canary_minutes', 'float', check=Float(0, 1440, low_open=True), default=10.0, doc=(
+    ), check=Int(1, 1000000)),
+    Input('kimi_canary_minutes', 'float', default=10.0, doc=(
         'The longest the comparison waits for C(kimi_canary_requests); a canary that fewer reached is rolled back '
         "(too little traffic to judge it: the gateway policy decides its share, and C(cache_aware) keeps a prefix on "
         'the instance that holds it until the load is uneven).',
-    )),
-    Input('kimi_canary_max_error_rate', 'float', check=Float(0, 100, unit="percentage points"), default=1.0, doc=(
+    ), check=Float(0, 1440, low_open=True)),
+    Input('kimi_canary_max_error_rate', 'float', default=1.0, doc=(
         "How many percentage points the canary's error rate (the gateway router's failed attempts, before its "
         "retries) may exceed the rest's.",
-    )),
-    Input('kimi_canary_max_latency_ratio', 'float', check=Float(1, 100), default=1.5, doc=(
+    ), check=Float(0, 100, unit="percentage points")),
+    Input('kimi_canary_max_latency_ratio', 'float', default=1.5, doc=(
         "How many times the rest's TTFT and ITL p50 the canary's may be (a difference under 50 ms never counts).",
-    )),
-    Input('kimi_gpu_hour_cost', 'dict', check=Checked("the cost model (accelerator model -> price per hour, at least 0)", kind="dict", bad=("3.5", {"NVIDIA H200": -1}, {"NVIDIA H200": "x"})), field='gpu_hour_cost', read='field', default={}, doc=(
+    ), check=Float(1, 100)),
+    Input('kimi_gpu_hour_cost', 'dict', field='gpu_hour_cost', read='field', default={}, doc=(
         "What an accelerator-hour costs, per model as the host's accelerator facts name it (e.g. "
         "C({'NVIDIA H200': 3.5}), in any one currency). The plan prints the host's cost per hour; the node series "
         'C(kimi_deployment_hour_cost) carries it to the dashboard (cost per million tokens) and the benchmark report '
         'prints the cost per million output tokens at each concurrency. Unset - no cost anywhere.',
-    )),
-    Input('kimi_load_format', 'raw', check=M(Text(r"[a-z0-9_]{1,40}", "a loader the engine version offers (e.g. safetensors, runai_streamer)", 40, bad=("Safetensors",))), field='load_format', read='field', doc=(
+    ), check=Checked("the cost model (accelerator model -> price per hour, at least 0)", kind="dict",
+                     bad=("3.5", {"NVIDIA H200": -1}, {"NVIDIA H200": "x"}))),
+    Input('kimi_load_format', 'raw', field='load_format', read='field', doc=(
         "The engine's weight loader (C(--load-format)): one of the formats the engine version offers for Kimi-K2.6's "
         'safetensors checkpoint and its image carries (vLLM C(safetensors), C(runai_streamer), C(instanttensor); '
         'SGLang also C(fastsafetensors); TensorRT-LLM and the Ascend builds none but the default). Anything '
@@ -305,142 +311,144 @@ INPUTS = (
         "Unset or C(auto) - chosen from C(kimi_weights_read_mbps): a fast disk gets the version's parallel loader "
         "(vLLM's Run:ai streamer, SGLang's multithreaded load), a slow one a page-cache prefetch (SGLang, vLLM "
         '0.33.0), else the default; the plan says which and why.',
-    )),
-    Input('kimi_weights_read_mbps', 'raw', check=M(Float(0, 1000000, unit="MB/s")), field='weights_read_mbps', read='field', doc=(
+    ), check=M(Text(r"[a-z0-9_]{1,40}", "a loader the engine version offers (e.g. safetensors, runai_streamer)", 40,
+                    bad=("Safetensors",)))),
+    Input('kimi_weights_read_mbps', 'raw', field='weights_read_mbps', read='field', doc=(
         "The weights disk's sequential read rate in MB/s, which picks the weight loader. Set by site.yml's preflight "
         '(kimi.deploy.disk_read on C(kimi_weights_hf_home), reading past the page cache; C(kimi_weights_read_test)); '
         'set it to skip the test. Unset and not measured - the default loader.',
-    )),
-    Input('kimi_verify_probes', 'bool', check=Bool(), default=True, doc=(
+    ), check=M(Float(0, 1000000, unit="MB/s"))),
+    Input('kimi_verify_probes', 'bool', default=True, doc=(
         "The accuracy gate (kimi.deploy.kimi_probes): after the verify gate of a (re)started engine, before it takes "
         'traffic, the accuracy probes run against it - tool-call schema and choice accuracy, reasoning split, '
         'deterministic answers, a long-context needle - and a failure rolls the switch back as a failed verify does. '
         'False - verify only.',
-    )),
-    Input('kimi_verify_probe_file', 'path', check=ProbeFile(), doc=(
+    ), check=Bool()),
+    Input('kimi_verify_probe_file', 'path', doc=(
         'A probe file on the controller, in the format of roles/kimi_probes/files/kimi-k26-probes.yml '
         '(C(make probes-from-vendor) converts the vendor verifier\'s published cases into it); added to the shipped '
         'probes, or instead of them with C(kimi_verify_probe_mode=replace).',
-    )),
-    Input('kimi_verify_probe_mode', 'str', check=Choice(("add", "replace")), default='add', doc=(
+    ), check=ProbeFile()),
+    Input('kimi_verify_probe_mode', 'str', default='add', doc=(
         'C(add) - C(kimi_verify_probe_file) runs beside the shipped probes; C(replace) - instead of them.',
-    )),
-    Input('kimi_verify_min_schema_accuracy', 'float', check=Float(0, 100, unit="percent"), default=98.0, doc=(
+    ), check=Choice(("add", "replace"))),
+    Input('kimi_verify_min_schema_accuracy', 'float', default=98.0, doc=(
         "The accuracy gate's least share of tool calls whose arguments validate against the tool's JSON schema (%).",
-    )),
-    Input('kimi_verify_min_choice_accuracy', 'float', check=Float(0, 100, unit="percent"), default=95.0, doc=(
+    ), check=Float(0, 100, unit="percent")),
+    Input('kimi_verify_min_choice_accuracy', 'float', default=95.0, doc=(
         "The accuracy gate's least share of cases that called exactly the expected tools (none where none is needed) (%).",
-    )),
-    Input('kimi_verify_max_reasoning_leaks', 'int', check=Int(0, 10000), default=0, doc=(
+    ), check=Float(0, 100, unit="percent")),
+    Input('kimi_verify_max_reasoning_leaks', 'int', default=0, doc=(
         'The most cases whose content may hold reasoning (a think tag, or the reasoning text) in the accuracy gate.',
-    )),
-    Input('kimi_verify_max_answer_failures', 'int', check=Int(0, 10000), default=0, doc=(
+    ), check=Int(0, 10000)),
+    Input('kimi_verify_max_answer_failures', 'int', default=0, doc=(
         'The most deterministic, follow-up and needle answers the accuracy gate lets fail.',
-    )),
-    Input('kimi_verify_max_drop', 'float', check=Float(0, 100, high_open=True, unit="percentage points"), default=2.0, doc=(
+    ), check=Int(0, 10000)),
+    Input('kimi_verify_max_drop', 'float', default=2.0, doc=(
         'The A/B: how many points an accuracy of the new identity may be below the stored result of the identity it '
         'replaces (the same identity too: a layout or release change), on the same probes.',
-    )),
-    Input('kimi_probe_interval', 'str', check=TimeSpan(10, 7 * 86400, empty=True, off="no serving-time probe"), default='15min', doc=(
+    ), check=Float(0, 100, high_open=True, unit="percentage points")),
+    Input('kimi_probe_interval', 'str', default='15min', doc=(
         'How often the serving-time probe asks each serving host a sample of the accuracy probes (a systemd time '
         'span, e.g. C(15min)); its series C(kimi_probe_accuracy) and C(kimi_probe_failures_total) feed the '
         'C(KimiAnswersWrong) alert. Empty - no serving-time probe.',
-    )),
-    Input('kimi_probe_sample', 'int', check=Int(1, 1000), default=8, doc=(
+    ), check=TimeSpan(10, 7 * 86400, empty=True, off="no serving-time probe")),
+    Input('kimi_probe_sample', 'int', default=8, doc=(
         'Probe cases each serving-time run asks (a different slice each run; the needle is left out).',
-    )),
-    Input('kimi_pd', 'str', check=NAME, field='pd_members', doc=(
+    ), check=Int(1, 1000)),
+    Input('kimi_pd', 'str', field='pd_members', doc=(
         'Name of the prefill/decode disaggregated deployment this host belongs to. The kimi_servers hosts with '
         "the same name serve one endpoint together, each in its C(kimi_pd_role), behind the engine's own router "
         '(sglang-router, vllm-router, or trtllm-serve disaggregated) on one of them. They are switched, verified '
         'and rolled back as one, and must be listed one after the other. Unset - not disaggregated.',
-    )),
-    Input('kimi_pd_role', 'str', check=Choice(("prefill", "decode")), field='pd_role', read='member', doc=(
+    ), check=NAME),
+    Input('kimi_pd_role', 'str', field='pd_role', read='member', doc=(
         "This host's role in its C(kimi_pd) deployment (the hosts of one C(kimi_replica) share one).",
-    )),
-    Input('kimi_pd_address', 'str', check=ADDRESS, field='pd_address', read='member', doc=(
+    ), check=Choice(("prefill", "decode"))),
+    Input('kimi_pd_address', 'str', field='pd_address', read='member', doc=(
         "This host's address on the deployment's network, where the router and the other role reach its engine "
         "(and the prefill's bootstrap server); default - its ansible_host, else its name. The engines listen "
         'there.',
-    )),
-    Input('kimi_pd_router', 'str', check=Text(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", "an inventory host name", 253), field='pd_router', read='pd', doc=(
+    ), check=ADDRESS),
+    Input('kimi_pd_router', 'str', field='pd_router', read='pd', doc=(
         "The host (of this C(kimi_pd)) that runs the router and Caddy; default - the first decode instance's.",
-    )),
-    Input('kimi_pd_transfer_backend', 'str', check=M(Text(r"[a-z0-9_]{1,32}", "a KV transfer backend of the engine (e.g. mooncake, nixl)", 32, bad=("NIXL",))), field='pd_transfer_backend', read='pd', doc=(
+    ), check=Text(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", "an inventory host name", 253)),
+    Input('kimi_pd_transfer_backend', 'str', field='pd_transfer_backend', read='pd', doc=(
         'The KV cache transfer backend (SGLang mooncake or nixl, C(ascend) on Ascend; vLLM nixl; vLLM-Ascend '
         'mooncake; TensorRT-LLM UCX or NIXL). Default - chosen from the engine and whether every host has RDMA '
         'devices; the plan says why.',
-    )),
-    Input('kimi_pd_rdma_devices', 'list', check=ListOf(Text(r"[A-Za-z0-9_.-]{1,64}", "an RDMA device name (mlx5_0) or none", 64), 1, 64), field='pd_rdma_devices', read='member', elements='str', doc=(
+    ), check=M(Text(r"[a-z0-9_]{1,32}", "a KV transfer backend of the engine (e.g. mooncake, nixl)", 32,
+                    bad=("NIXL",)))),
+    Input('kimi_pd_rdma_devices', 'list', field='pd_rdma_devices', read='member', elements='str', doc=(
         "This host's RDMA devices for the KV transfer (e.g. C([mlx5_0, mlx5_1])); C([none]) turns RDMA off. "
         'Default - those under /sys/class/infiniband.',
-    )),
-    Input('kimi_pd_bootstrap_port', 'int', check=Int(1, 65535), field='pd_bootstrap_port', read='pd', doc=(
+    ), check=ListOf(Text(r"[A-Za-z0-9_.-]{1,64}", "an RDMA device name (mlx5_0) or none", 64), 1, 64)),
+    Input('kimi_pd_bootstrap_port', 'int', field='pd_bootstrap_port', read='pd', doc=(
         "SGLang's prefill bootstrap port (C(--disaggregation-bootstrap-port)); default 8998.",
-    )),
-    Input('kimi_pd_router_port', 'int', check=Int(1, 65535), field='pd_router_port', read='pd', doc=(
+    ), check=Int(1, 65535)),
+    Input('kimi_pd_router_port', 'int', field='pd_router_port', read='pd', doc=(
         "The router's port on loopback (Caddy's upstream on the router host); default 30080.",
-    )),
-    Input('kimi_pd_router_metrics_port', 'int', check=Int(1, 65535), field='pd_router_metrics_port', read='pd', doc=(
+    ), check=Int(1, 65535)),
+    Input('kimi_pd_router_metrics_port', 'int', field='pd_router_metrics_port', read='pd', doc=(
         "The router's Prometheus port on loopback (behind the metrics key at /metrics/router); default 29000.",
-    )),
+    ), check=Int(1, 65535)),
     # raw, not a list: a list spec would split a string on commas, which plan.yml refuses; the deployment model
     # refuses anything but a list of strings, naming this variable, for both
-    Input('kimi_pd_router_extra_args', 'raw', check=ListOf(Text(r"(?s).+", "a non-empty string", MAX_TEXT), 0, 256), field='pd_router_extra_args', read='pd', default=[], doc=(
+    Input('kimi_pd_router_extra_args', 'raw', field='pd_router_extra_args', read='pd', default=[], doc=(
         "More router options, a list of strings, read as the pinned router's parser reads them; the options the "
         'collection sets (workers, listen addresses) are refused.',
-    )),
-    Input('kimi_pd_plan', 'str', check=Text(r"[1-9][0-9]?P[1-9][0-9]?D", "prefill and decode instances, e.g. 1P1D or 2P2D", 6), field='pd_plan', doc=(
+    ), check=ListOf(Text(r"(?s).+", "a non-empty string", MAX_TEXT), 0, 256)),
+    Input('kimi_pd_plan', 'str', field='pd_plan', doc=(
         'plan.yml only - preview a disaggregated deployment, e.g. C(1P1D) or C(2P2D) (C(make plan PD=1P1D)).',
-    )),
-    Input('kimi_speculative', 'raw', check=M(Choice(METHODS)), field='speculative', read='field', default='none', doc=(
+    ), check=Text(r"[1-9][0-9]?P[1-9][0-9]?D", "prefill and decode instances, e.g. 1P1D or 2P2D", 6)),
+    Input('kimi_speculative', 'raw', field='speculative', read='field', default='none', doc=(
         'Speculative decoding - C(none), C(eagle3) or C(dflash) (a draft model proposes tokens the target checks '
         "in one pass), or C(ngram) (drafts from the prompt, no model). Refused where the engine version's own "
         "flag list lacks the method, and on TensorRT-LLM. The plan prints the flags in the engine's form and the "
         "fit counts the draft's weights and KV.",
-    )),
-    Input('kimi_speculative_draft', 'str', check=Text(REPO_ID_RE.pattern, "a Hugging Face repo id, org/name", 192), field='speculative_draft', read='field', doc=(
+    ), check=M(Choice(METHODS))),
+    Input('kimi_speculative_draft', 'str', field='speculative_draft', read='field', doc=(
         "The draft's Hugging Face repo id; default - the known draft for the method and engine (eagle3 - vLLM "
         'C(lightseekorg/kimi-k2.6-eagle3), SGLang C(AQ-MedAI/Kimi-K26-eagle3); dflash - '
         'C(z-lab/Kimi-K2.6-DFlash)). kimi_weights downloads it beside the checkpoint and refuses one whose config'
         " does not match Kimi-K2.6's.",
-    )),
-    Input('kimi_bundle', 'str', check=ControllerPath("dir", hint=" (make a bundle with playbooks/bundle.yml on a connected machine)"), doc=(
+    ), check=Text(REPO_ID_RE.pattern, "a Hugging Face repo id, org/name", 192)),
+    Input('kimi_bundle', 'str', doc=(
         'An air-gapped site - the folder of a bundle made by C(playbooks/bundle.yml) on a connected machine, on '
         "this controller. Every file is checked against the bundle's manifest before any change (a changed byte "
         "fails, naming the file), then what each host needs (images, pinned checkpoints, its release's packages);"
         " the hosts then take everything from it - apt reads the bundle's signed repository alone (kimi_bundle "
         'role), Docker loads its images, kimi_weights copies its checkpoints - and nothing reaches the internet.',
-    )),
-    Input('kimi_speculative_draft_revision', 'str', check=SHA, field='speculative_draft_revision', read='field', doc=(
+    ), check=ControllerPath("dir", hint=" (make a bundle with playbooks/bundle.yml on a connected machine)")),
+    Input('kimi_speculative_draft_revision', 'str', field='speculative_draft_revision', read='field', doc=(
         '40-hex lower-case commit of the draft repo. Required with a draft method; there is no safe default.',
-    )),
-    Input('kimi_speculative_tokens', 'raw', check=M(Int(1, 16)), field='speculative_tokens', read='field', doc=(
+    ), check=SHA),
+    Input('kimi_speculative_tokens', 'raw', field='speculative_tokens', read='field', doc=(
         'Tokens drafted per step, 1-16 (vLLM num_speculative_tokens; SGLang --speculative-num-steps for EAGLE-3, '
         "--speculative-num-draft-tokens for DFlash and n-gram). Default - the draft's published value (EAGLE-3 3,"
         ' DFlash 15), n-gram 4.',
-    )),
-    Input('kimi_speculative_topk', 'raw', check=M(Int(1, 8)), field='speculative_topk', read='field', doc=(
+    ), check=M(Int(1, 16))),
+    Input('kimi_speculative_topk', 'raw', field='speculative_topk', read='field', doc=(
         "SGLang EAGLE-3 only - branches per step (C(--speculative-eagle-topk)), 1-8; default the draft's or 1.",
-    )),
-    Input('kimi_speculative_draft_tokens', 'raw', check=M(Int(1, 1024)), field='speculative_draft_tokens', read='field', doc=(
+    ), check=M(Int(1, 8))),
+    Input('kimi_speculative_draft_tokens', 'raw', field='speculative_draft_tokens', read='field', doc=(
         'SGLang EAGLE-3 only - tokens verified per step (C(--speculative-num-draft-tokens)); with topk 1 it is '
         "tokens + 1 (SGLang's rule), with a tree up to 1 + topk x tokens (the default).",
-    )),
-    Input('kimi_kv_offload', 'raw', check=M(Choice(KV_OFFLOAD)), field='kv_offload', read='field', default='none', doc=(
+    ), check=M(Int(1, 1024))),
+    Input('kimi_kv_offload', 'raw', field='kv_offload', read='field', default='none', doc=(
         "The KV cache's host-memory tier - C(none) or C(host) (repeated prefixes of long multi-turn sessions are "
         "loaded back from RAM instead of recomputed), through the engine's own mechanism - vLLM's native offloading "
         "connector (C(--kv-offloading-backend native --kv-offloading-size)), SGLang's hierarchical cache "
         "(C(--enable-hierarchical-cache --hicache-size)), TensorRT-LLM's C(kv_cache_config.host_cache_size). "
         'Refused, naming the source, where the build or version has none for MLA (vLLM-Ascend, SGLang-Ascend), and '
         'with C(kimi_pd) on vLLM (one KV connector). The plan prints the size and why.',
-    )),
-    Input('kimi_kv_offload_gb', 'raw', check=M(Float(0, 1048576, low_open=True, unit="GiB")), field='kv_offload_gb', read='field', doc=(
+    ), check=M(Choice(KV_OFFLOAD))),
+    Input('kimi_kv_offload_gb', 'raw', field='kv_offload_gb', read='field', doc=(
         "GiB of the host's RAM for the tier, the whole host (split over its ranks as the engine wants). Unset - "
         "sized in preflight from ansible_memtotal_mb - RAM less max(64 GiB, 10% of RAM), less this host's share of "
         "the checkpoint (weight loading streams it through the page cache), less the engine's /dev/shm staging. A "
         'larger value is refused with the maximum.',
-    )),
+    ), check=M(Float(0, 1048576, low_open=True, unit="GiB"))),
 )
 
 HEADER = """\

@@ -113,7 +113,7 @@ def test_each_declared_option_is_in_every_list_of_its_engine(what, table):
 
 
 def test_each_declared_engine_has_a_list():
-    assert set(cli.OPTION_FILES) <= set(table["engine"] for _, table in TABLES)
+    assert set(cli.OPTION_FILES) <= set(table["engine"] for _what, table in TABLES)
 
 
 @pytest.mark.parametrize("what, table", TABLES, ids=[row[0] for row in TABLES])
@@ -150,9 +150,9 @@ def test_each_spelling_is_refused_in_the_routers_extra_args_naming_the_variable(
 def test_every_build_with_such_an_option_is_covered():
     """vLLM (and vLLM-Ascend), SGLang (and SGLang-Ascend) and TensorRT-LLM, every pinned release; the routers: only
     trtllm-serve disaggregated has one."""
-    assert {(b, v) for b, v, _ in ENGINE_CASES} == {(b, v) for b, spec in eng.ENGINES.items() for v in spec["versions"]}
-    assert {n for n, _ in ROUTER_CASES} == {"trtllm-disaggregated"}
-    assert {a[0] for b, _, a in ENGINE_CASES if b == "trtllm"} >= {
+    assert {(b, v) for b, v, _args in ENGINE_CASES} == {(b, v) for b, spec in eng.ENGINES.items() for v in spec["versions"]}
+    assert {n for n, _args in ROUTER_CASES} == {"trtllm-disaggregated"}
+    assert {a[0] for b, _version, a in ENGINE_CASES if b == "trtllm"} >= {
         "--config", "--extra_llm_api_options", "--extra-llm-api-options"}
     assert {a[0] for n, a in ROUTER_CASES} >= {"-c", "--config_file", "--config-file"}
 

@@ -117,7 +117,7 @@ def test_time_spans_are_read_as_systemd_reads_them(text, seconds):
 def render(role, template, **variables):
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(ROOT, "roles", role, "templates")),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    env.filters["kimi.deploy.systemd_exec"] = lambda argv: " ".join(argv)
+    env.filters["kimi.deploy.systemd_exec"] = " ".join
     return env.get_template(template).render(ansible_managed="managed", **variables)
 
 
@@ -160,3 +160,19 @@ def test_every_replica_name_at_its_edges_is_one_label_value_of_the_deployment_se
     for value in item.check.edges()[0] + ["a" * 64, "r.1_x-2"]:
         _site_inputs.check_input(item, value)
         assert re.fullmatch(r"[A-Za-z0-9_.-]+", value)  # nothing a label value or a unit comment must escape
+
+
+def test_the_gates_take_points_so_a_max_drop_of_1_5_and_an_error_margin_of_2_still_fail():
+    """kimi_verify_max_drop and kimi_canary_max_error_rate are percentage points (the figures are 0..100 and
+    100 x a 0..1 rate): 1.5 and 2 are working settings, accepted, and the gates they feed still fail past them; only
+    values that could never fail (100 and more) or always fail (below 0) are refused."""
+    from ansible_collections.kimi.deploy.plugins.module_utils import _accuracy
+    from ansible_collections.kimi.deploy.plugins.module_utils._model import canary
+    check_path({"kimi_verify_max_drop": "1.5", "kimi_canary_max_error_rate": "2"})
+    before = {"schema_accuracy": 100.0, "choice_accuracy": 100.0, "identity": "int4-sglang"}
+    now = {"schema_accuracy": 100.0, "choice_accuracy": 98.0, "reasoning_leaks": 0, "answer_failures": 0}
+    assert _accuracy.judge(now, {}, before, max_drop=1.5) and not _accuracy.judge(now, {}, before, max_drop=2.5)
+    group = {"requests": 97, "errors": 3, "answered": 97, "error_rate": 0.03, "ttft_p50_ms": None, "itl_p50_ms": None}
+    clean = dict(group, errors=0, error_rate=0.0)
+    assert not canary.decide(group, clean, 2, 1.5, 50)[0] and canary.decide(group, clean, 3.5, 1.5, 50)[0]
+    assert refusal("kimi_verify_max_drop", 100).startswith("kimi_verify_max_drop=100 is not allowed")
