@@ -243,10 +243,14 @@ hashes() {  # hashes TOOL  -> " hash size name" lines for the index files
     hashes sha512sum
 } > Release
 
-export GNUPGHOME="$OUTDIR/.gnupg"
-mkdir -p "$GNUPGHOME"
-chmod 700 "$GNUPGHOME"
-cleanup_agent() { gpgconf --kill gpg-agent >/dev/null 2>&1 || true; }
+mkdir -p "$OUTDIR/.gnupg"
+chmod 700 "$OUTDIR/.gnupg"
+# gpg-agent's socket is made in GNUPGHOME, and a Unix socket's path has at most 107 bytes: a checkout in a long path
+# ($OUTDIR/.gnupg/S.gpg-agent) made the key generation fail. A short link in /tmp to the kept home keeps it short.
+short_home=$(mktemp -d /tmp/kimi-gnupg.XXXXXX)
+ln -s "$OUTDIR/.gnupg" "$short_home/h"
+export GNUPGHOME="$short_home/h"
+cleanup_agent() { gpgconf --kill gpg-agent >/dev/null 2>&1 || true; rm -rf "$short_home"; }
 trap cleanup_agent EXIT
 GPG=(gpg --batch --quiet --no-tty --pinentry-mode loopback --passphrase '')
 if ! "${GPG[@]}" --list-secret-keys "$KEY_UID" >/dev/null 2>&1; then
