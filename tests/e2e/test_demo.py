@@ -408,6 +408,12 @@ def test_ascend_switches_to_sglang_ascend(first_run):
     assert "demo: cutover: %s switched from w4a8-vllm to w4a8-sglang" % INSTANCE in out
     assert "Hello from the Kimi-K2.6 engine double (sglang)" in lines_of(out, "completion:")[0]
     assert "model: kimi-k2.6 (w4a8-sglang on ascend-a3-x16)" in out
+    # SGLang-Ascend's own parsers (--tool-call-parser kimi_k2, --reasoning-parser kimi_k2): a tool call in tool_calls,
+    # the thinking in reasoning_content and none of it in the answer
+    assert re.search(r"get_weather\(.*Paris", lines_of(out, "tool call:")[0])
+    assert lines_of(out, "reasoning:") and "<think>" not in lines_of(out, "completion:")[0]
+    command = " ".join(container(".Config.Cmd"))
+    assert "--tool-call-parser kimi_k2" in command and "--reasoning-parser kimi_k2" in command
     assert container(".Config.Image") == "kimi-double/sglang-ascend:v0.5.13.post1-cann9.0.0-a3"
     command = " ".join(container(".Config.Cmd"))
     assert "--quantization modelslim --tp-size 16 --dp-size 16 --enable-dp-attention --ep-size 16" in command
