@@ -16,7 +16,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # ansible-lint 234 s -> 163 s on a cold cache).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup demo-setup demo demo-plan demo-bench bench-client router-client docs-venv docs ee demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean engine-flags site-specs readme probes-from-vendor
+.PHONY: help setup demo-setup demo demo-plan demo-bench bench-client router-client docs-venv docs ee demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean engine-flags engine-metrics site-specs readme probes-from-vendor
 
 help:  ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -151,3 +151,9 @@ engine-flags:  ## Flag list of a released engine (PyPI wheel, or ARGS="--source 
 	$(or $(wildcard $(BIN)/python),$(PYTHON)) tools/engine_flags.py --engine $(ENGINE) --version $(VERSION) $(ARGS)
 	$(or $(wildcard $(BIN)/python),$(PYTHON)) tools/gen_flag_modules.py
 	@test ! -e plugins/module_utils/_engines/$(ENGINE).py || echo "next: add $(VERSION) to the versions of plugins/module_utils/_engines/$(ENGINE).py (image, verified, notes), then make readme"
+
+# The wheels are make engine-flags' (.cache/engine-flags/wheels); tests/unit/test_engine_metrics.py checks the dashboard,
+# the alert rules, the canary's series and the engine double against the files this writes.
+engine-metrics:  ## Series names every pinned engine/router release defines, read from its wheel, into tests/fixtures/engine_metrics (ENGINE= VERSION= for one)
+	@test -z "$(ENGINE)$(VERSION)" -o -n "$(ENGINE)" -a -n "$(VERSION)" || { echo "usage: make engine-metrics [ENGINE=vllm VERSION=0.33.0] [ARGS=...]" >&2; exit 1; }
+	$(or $(wildcard $(BIN)/python),$(PYTHON)) tools/engine_metrics.py $(if $(ENGINE),--engine $(ENGINE) --version $(VERSION)) $(ARGS)

@@ -44,18 +44,24 @@ def read(worker, engine_text, router_samples, outcomes_metrics, engine_metrics=(
     names = next((m for m in engine_metrics if m["requests"] in present), worker["serving_metrics"])
     # the router that runs writes one of the routers' outcome counters (outcomes_metrics: a name, or all of them)
     outcomes = [outcomes_metrics] if isinstance(outcomes_metrics, str) else list(outcomes_metrics)
+    # An exposition with the engine's request counter but without a latency histogram is a release that renamed it:
+    # named, so that decide() refuses to judge the canary instead of skipping its TTFT or ITL comparison.
+    missing = [names[kind] for kind in ("ttft", "itl")
+               if names["requests"] in present and names[kind] + "_bucket" not in present]
     return {"requests": prom.total(samples, names["requests"]),
             "failures": sum(prom.total(router_samples, m, worker=worker["url"], outcome="failure") for m in outcomes),
             "successes": sum(prom.total(router_samples, m, worker=worker["url"], outcome="success") for m in outcomes),
-            "ttft": prom.buckets(samples, names["ttft"]), "itl": prom.buckets(samples, names["itl"])}
+            "ttft": prom.buckets(samples, names["ttft"]), "itl": prom.buckets(samples, names["itl"]),
+            "missing": ["%s on %s" % (name, worker["url"]) for name in missing]}
 
 
 def group_figures(before, after):
     """Figures of a group of workers between two reads ({url: read()} each): requests, errors, error_rate (0..1),
     ttft_p50_ms and itl_p50_ms (None without observations)."""
-    figures = {"requests": 0, "errors": 0, "answered": 0}
+    figures = {"requests": 0, "errors": 0, "answered": 0, "missing": []}
     weighted = {"ttft": [], "itl": []}
     for url, end in after.items():
+        figures["missing"] += end.get("missing") or []
         start = before.get(url) or {"requests": 0, "failures": 0, "successes": 0, "ttft": [], "itl": []}
         requests = max(0.0, end["requests"] - start["requests"])
         figures["requests"] += requests
@@ -83,6 +89,10 @@ def decide(canary, rest, max_error_rate_points, max_latency_ratio, latency_floor
     if attempts < max(1, wanted):
         return False, ("requests: %d of the %d asked (kimi_canary_requests) reached the canary%s - too little "
                        "traffic to judge it" % (attempts, wanted, " in %s minutes" % minutes if minutes else ""))
+    missing = (canary.get("missing") or []) + (rest.get("missing") or [])
+    if missing:
+        return False, ("latency: %s missing from the engines' /metrics (a release that renamed its histograms?): the "
+                       "canary cannot be judged on TTFT and ITL" % ", ".join(missing))
     points = 100.0 * (canary["error_rate"] - rest["error_rate"])
     if points > max_error_rate_points:
         return False, ("error rate: %.1f%% on the canary against %.1f%% on the rest (%d of %d attempts failed), more "

@@ -371,12 +371,13 @@ class ControllerPath(Constraint):
     (any path; it is made when needed). Relative paths are read from where ansible-playbook runs (ctx["cwd"]) or
     the playbook's folder (ctx["playbook_dir"]), as Ansible's lookups find them."""
 
-    def __init__(self, must="file", hint=""):
-        self.must, self.hint = must, hint
+    def __init__(self, must="file", hint="", empty=False):
+        self.must, self.hint, self.empty = must, hint, empty
 
     def allowed(self):
         return {"file": ["the path of an existing file on the controller"],
-                "dir": ["the path of an existing folder on the controller"]}.get(self.must, ["a path"])
+                "dir": ["the path of an existing folder on the controller"]}.get(self.must, ["a path"]) + (
+                    ["empty (the default)"] if self.empty else [])
 
     def _check(self, variable, value, ctx):
         if not isinstance(value, str):
@@ -429,11 +430,11 @@ class ProbeFile(ControllerPath):
     (_accuracy.load, the loader the gate and the serving-time probe use)."""
 
     def __init__(self):
-        super(ProbeFile, self).__init__("file")
+        super(ProbeFile, self).__init__("file", empty=True)
 
     def allowed(self):
         return ["an existing file on the controller in the probe format (roles/kimi_probes/files/kimi-k26-probes.yml;"
-                " at least one case)"]
+                " at least one case)", "empty (none)"]
 
     def _check(self, variable, value, ctx):
         found = super(ProbeFile, self)._check(variable, value, ctx)

@@ -201,7 +201,7 @@ INPUTS = (
     Input('kimi_bench_baseline', 'path', doc=(
         "A benchmark result JSON to compare with (default - the collection's for C(kimi_bench_profile), else the "
         'last run).',
-    ), check=ControllerPath("file")),
+    ), check=ControllerPath("file", empty=True)),
     Input('kimi_bench_profile', 'str', doc=(
         'The hardware profile whose shipped baseline applies (C(bench/baselines/<profile>-<identity>.json)).',
     ), check=Text(r"[a-z0-9][a-z0-9._-]{0,63}", "a profile name such as rtx-pro-6000-x8", 64)),
@@ -219,14 +219,14 @@ INPUTS = (
     ), check=Text(r"[!-~]{8,512}", "8-512 printable characters, no space", 512)),
     Input('kimi_bench_api_key_file', 'path', doc=(
         'A file on the controller holding that key instead.',
-    ), check=ControllerPath("file")),
+    ), check=ControllerPath("file", empty=True)),
     Input('kimi_bench_ca_file', 'path', doc=(
         "The CA that verifies the proxy (default - the proxy's internal root, copied from the host).",
-    ), check=ControllerPath("file")),
+    ), check=ControllerPath("file", empty=True)),
     Input('kimi_bench_aiperf', 'path', doc=(
         'The aiperf executable (default C(.venv-bench/bin/aiperf) of a checkout, made by C(make bench-client), '
         'else C(aiperf) on the PATH).',
-    ), check=ControllerPath(None)),
+    ), check=ControllerPath(None, empty=True)),
     Input('kimi_bench_confirm', 'bool', default=False, doc=(
         'C(playbooks/bench.yml) loads the hosts like production traffic and runs only with this set.',
     ), check=Bool()),

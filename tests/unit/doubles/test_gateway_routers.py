@@ -121,16 +121,17 @@ def test_canary_compare_reads_the_real_routers_outcomes_and_the_engines_series(g
     from ansible_collections.kimi.deploy.plugins.module_utils._engines.routers import ROUTERS as DATA
     from ansible_collections.kimi.deploy.plugins.module_utils._engines.vllm import SERVING_METRICS
     url, _remove_by, doubles, metrics_port = gateway(router, "vllm", envs=({"KIMI_DOUBLE_ERROR_RATE": "0.25"}, {}))
-    loaded = {"stop": False}
+    loaded = {"stop": False, "sent": 0, "failed": []}  # the load thread's outcomes, asserted by the test itself
     try:
         workers = [{"url": "http://127.0.0.1:%d" % d.double.port, "serving_metrics": SERVING_METRICS,
                     "metrics_url": "http://127.0.0.1:%d/metrics" % d.double.port} for d in doubles]
 
-        def load():
-            n = 0
+        def load():  # an assert here would end the thread, not fail the test: outcomes are kept and checked below
             while not loaded["stop"]:
-                n += 1
-                assert post_raw(url + "/v1/chat/completions", chat("canary %d" % n))[0] == 200  # retried: no failure
+                loaded["sent"] += 1
+                status = post_raw(url + "/v1/chat/completions", chat("canary %d" % loaded["sent"]))[0]
+                if status != 200:
+                    loaded["failed"].append(status)
         thread = threading.Thread(target=load, daemon=True)
         thread.start()
         params = {"router_metrics_url": "http://127.0.0.1:%d/metrics" % metrics_port,
@@ -142,6 +143,7 @@ def test_canary_compare_reads_the_real_routers_outcomes_and_the_engines_series(g
         thread.join(10)
     finally:
         loaded["stop"] = True
+    assert loaded["sent"] >= 12 and loaded["failed"] == [], loaded  # the router retried every failure: clients saw none
     assert not bad["promote"] and bad["reason"].startswith("error rate: 2") and bad["canary"]["errors"] >= 3, bad
     assert bad["rest"]["errors"] == 0 and bad["canary"]["requests"] >= 9
     assert good["promote"] and good["reason"].startswith("error rate 0.0% against 2"), good

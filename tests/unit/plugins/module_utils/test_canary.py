@@ -106,3 +106,21 @@ def test_the_module_defaults_are_the_site_inputs():
     inputs = by_variable()
     for name in ("requests", "minutes", "max_error_rate", "max_latency_ratio"):
         assert options[name]["default"] == inputs["kimi_canary_" + name].default, name
+
+
+def test_a_release_without_the_latency_histograms_is_not_judged_but_named():
+    """A release that renamed its TTFT histogram still counts requests, so the canary's latency comparison would skip
+    itself silently: the missing series is named and the canary is rolled back on it. An exposition without the
+    engine's request counter (an engine that did not answer) is not taken for a rename."""
+    renamed = engine_text("vllm", 50, 0.05).replace(VLLM["ttft"] + "_bucket", "vllm:time_to_first_token_bucket")
+    router = prom.parse(ROUTER % (50, 0, 50))
+    before = {A["url"]: _canary.read(A, engine_text("vllm", 0, 0.05), router, "smg_worker_cb_outcomes_total", KNOWN)}
+    after = {A["url"]: _canary.read(A, renamed, router, "smg_worker_cb_outcomes_total", KNOWN)}
+    assert after[A["url"]]["missing"] == ["%s on %s" % (VLLM["ttft"], A["url"])]
+    canary = _canary.group_figures(before, after)
+    rest = _canary.group_figures(before, {A["url"]: _canary.read(A, engine_text("vllm", 50, 0.05), router,
+                                                                 "smg_worker_cb_outcomes_total", KNOWN)})
+    assert canary["ttft_p50_ms"] is None and rest["missing"] == []
+    promote, reason = _canary.decide(canary, rest, 1.0, 1.5, 50)
+    assert not promote and reason.startswith("latency: %s on %s missing" % (VLLM["ttft"], A["url"])), reason
+    assert _canary.read(A, "", router, "smg_worker_cb_outcomes_total", KNOWN)["missing"] == []
