@@ -550,7 +550,7 @@ def changed_bundle(tmp):
 
 
 @pytest.mark.parametrize("make, why", [
-    (lambda tmp: tmp / "missing", "there is no such folder on the controller"),
+    (lambda tmp: tmp / "missing", "is not a folder"),
     (lambda tmp: (tmp / "empty").mkdir() or tmp / "empty", "has no manifest"),
     (changed_bundle, "images/engine.tar changed (sha256"),
 ], ids=["missing", "no-manifest", "changed-file"])

@@ -419,7 +419,8 @@ INPUTS = (
         "fails, naming the file), then what each host needs (images, pinned checkpoints, its release's packages);"
         " the hosts then take everything from it - apt reads the bundle's signed repository alone (kimi_bundle "
         'role), Docker loads its images, kimi_weights copies its checkpoints - and nothing reaches the internet.',
-    ), check=ControllerPath("dir", hint=" (make a bundle with playbooks/bundle.yml on a connected machine)")),
+    ), check=ControllerPath(None)),  # bundle.yml writes it, site.yml reads it: site.yml's bundle check refuses a
+    # folder that is not a bundle, naming playbooks/bundle.yml
     Input('kimi_speculative_draft_revision', 'str', field='speculative_draft_revision', read='field', doc=(
         '40-hex lower-case commit of the draft repo. Required with a draft method; there is no safe default.',
     ), check=SHA),
