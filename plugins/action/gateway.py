@@ -15,7 +15,8 @@ from ansible_collections.kimi.deploy.plugins.module_utils._model import ports as
 from ansible_collections.kimi.deploy.plugins.module_utils._model import site as _site
 from ansible_collections.kimi.deploy.plugins.module_utils._model.deployment import resolve
 from ansible_collections.kimi.deploy.plugins.module_utils._model.gateway import resolve_gateway
-from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError, check_int
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError
+from ansible_collections.kimi.deploy.plugins.module_utils._model.site_inputs import by_variable, check_input
 
 # The gateway's settings: kimi_gateway's role variables (their defaults in its defaults/main.yml).
 SETTINGS = {"router": "kimi_gateway_router", "policy": "kimi_gateway_policy", "port": "kimi_gateway_port",
@@ -45,7 +46,8 @@ class ActionModule(ActionBase):
             settings[key] = role_default("kimi_gateway", variable) if found is _site.MISSING else found
         try:
             if args.get("plan_fleet"):
-                instances = self._preview(site, check_int("kimi_fleet_plan", args["plan_fleet"], 1, 64))
+                # the table's rule for kimi_fleet_plan, its one owner
+                instances = self._preview(site, check_input(by_variable()["kimi_fleet_plan"], args["plan_fleet"]))
             else:
                 instances = []
                 for host in site.servers:

@@ -15,11 +15,11 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import QUANTS
-from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import VARIABLES, check_int, is_unset
+from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import VARIABLES, is_unset
 from ansible_collections.kimi.deploy.plugins.module_utils._model.kv_offload import memory_bytes_from_facts
 from ansible_collections.kimi.deploy.plugins.module_utils._model.pd import layout_mismatch
 from ansible_collections.kimi.deploy.plugins.module_utils._model.platforms import DEFAULT, PLATFORMS
-from ansible_collections.kimi.deploy.plugins.module_utils._model.site_inputs import INPUTS
+from ansible_collections.kimi.deploy.plugins.module_utils._model.site_inputs import INPUTS, by_variable, check_input
 
 MISSING = object()
 
@@ -113,7 +113,7 @@ def inputs(get, host, replica, pd, plan_hosts=None, pd_plan=None, gateways=None)
     elif plan_hosts is not None:
         if isinstance(plan_hosts, str) and plan_hosts.strip().isdigit():  # -e gives a string
             plan_hosts = int(plan_hosts)
-        nodes = check_int("kimi_replica_plan_hosts", plan_hosts, 1, 16)
+        nodes = check_input(by_variable()["kimi_replica_plan_hosts"], plan_hosts)  # the table's rule, its one owner
         out["nodes"] = nodes
         out["head_address"] = value(get, host, VARIABLES["head_address"]) or (
             "head.replica.example" if nodes > 1 else None)
