@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(ROOT, ".collections"))
 from ansible_collections.kimi.deploy.plugins.module_utils import _accuracy as acc  # noqa: E402
 
 
-def convert(lines, limit=None):
+def convert(lines, limit=None, origin="the vendor verifier's test set"):
     """(probe file dict, how many lines were left out and why)."""
     tools, cases, skipped = {}, [], {}
     for number, line in enumerate(lines, 1):
@@ -47,7 +47,8 @@ def convert(lines, limit=None):
         if not messages:
             skipped["no messages"] = skipped.get("no messages", 0) + 1
             continue
-        cases.append({"id": "vendor-%04d" % number, "category": "vendor", "messages": messages, "tools": keys,
+        cases.append({"id": "vendor-%04d" % number, "category": "vendor",
+                      "source": "K2-Vendor-Verifier: line %d of %s" % (number, origin), "messages": messages, "tools": keys,
                       "variants": [{"thinking": True, "stream": bool(request.get("stream"))}]})
         if limit and len(cases) >= limit:
             break
@@ -61,7 +62,7 @@ def main(argv=None):
     parser.add_argument("--limit", type=int, help="at most this many cases")
     args = parser.parse_args(argv)
     with open(args.jsonl) as handle:
-        doc, skipped = convert(handle, args.limit)
+        doc, skipped = convert(handle, args.limit, os.path.basename(args.jsonl))
     acc.load(doc, args.output)  # what the gate will load
     with open(args.output, "w") as handle:
         yaml.safe_dump(doc, handle, sort_keys=False, allow_unicode=True, width=120)

@@ -8,10 +8,12 @@ A probe file (roles/kimi_probes/files/kimi-k26-probes.yml is the shipped one; do
   version: 1
   variants: [{thinking: true, stream: false}, ...]   # each case runs once per variant unless it names its own
   tools: {key: {name (default: the key), description, parameters: <JSON schema of the arguments>}}
-  cases: [{id, category, prompt | messages, tools: [names], needle: {code, depth}, variants,
+  cases: [{id, category, source, prompt | messages, tools: [names], needle: {code, depth}, variants,
            expect: {tools: [names], any_order, answer_regex, finish_reason}}]
-  A `vendor` case (tools/probes_from_vendor.py converts the vendor verifier's requests) has no expected tools: its
-  tool calls are scored on their schema only, as the vendor verifier scores them.
+  Every case says where its kind and its expectation come from (source: a line of text); a case without one is
+  refused. A `vendor` case (tools/probes_from_vendor.py converts the vendor verifier's requests) has no expected
+  tools: its tool calls are scored on their schema only, as the vendor verifier scores them; its source, when the
+  converter gave none, is the vendor verifier's test set (VENDOR_SOURCE).
 
 A case's score: every tool call's arguments parse as JSON and validate against the tool's schema (schema accuracy);
 the called tools are the expected ones (choice accuracy; none for a question that needs no tool); no reasoning in
@@ -43,7 +45,8 @@ TOOL_CATEGORIES = ("required", "types", "enums", "nested", "choice", "parallel",
 SCHEMA_KEYWORDS = ("type", "properties", "required", "additionalProperties", "enum", "const", "items", "minItems",
                    "maxItems", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength",
                    "maxLength", "pattern", "description", "examples", "title")
-CASE_KEYS = ("id", "category", "prompt", "messages", "tools", "needle", "variants", "expect")
+CASE_KEYS = ("id", "category", "source", "prompt", "messages", "tools", "needle", "variants", "expect")
+VENDOR_SOURCE = "K2-Vendor-Verifier: a request of its published tool-call test set"
 EXPECT_KEYS = ("tools", "any_order", "answer_regex", "finish_reason")
 THINK_TAGS = ("<think>", "</think>", "\u25c1think\u25b7", "\u25c1/think\u25b7")
 # A needle's filler: the prompt grows to this share of the context length (about 4 characters a token).
@@ -191,11 +194,16 @@ def load(doc, origin="the probe file"):
                 raise ProbeError("%s: expect.answer_regex does not compile: %s" % (where, exc))
         if raw["category"] == "needle" and not (raw.get("needle") or {}).get("code"):
             raise ProbeError("%s: a needle case needs needle.code" % where)
+        source = raw.get("source", VENDOR_SOURCE if raw["category"] == "vendor" else None)
+        if not isinstance(source, str) or not source.strip() or "\n" in source.strip():
+            raise ProbeError("%s: source is required: one line saying where the case's kind and expectation come "
+                             "from (e.g. \"written for this site: 37 x 43 = 1591\")" % where)
         for variant in raw.get("variants") or default_variants:
             thinking, stream = bool(variant.get("thinking", True)), bool(variant.get("stream", False))
             cases.append({
                 "id": "%s/%s%s" % (raw["id"], "think" if thinking else "nothink", "/stream" if stream else ""),
-                "case": raw["id"], "category": raw["category"], "thinking": thinking, "stream": stream,
+                "case": raw["id"], "category": raw["category"], "source": source.strip(), "thinking": thinking,
+                "stream": stream,
                 "prompt": raw.get("prompt"), "messages": raw.get("messages"), "needle": raw.get("needle"),
                 "tools": [{"type": "function", "function": {
                     "name": tools[t].get("name", t), "description": tools[t].get("description", ""),

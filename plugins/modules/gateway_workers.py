@@ -84,6 +84,13 @@ removed:
   type: list
   elements: str
   returned: always
+not_listed:
+  description:
+    - V(absent) - the workers of O(workers) the router did not list (nothing to take out; a URL the router knows by
+      another spelling shows here, not as removed).
+  type: list
+  elements: str
+  returned: always
 router_down:
   description: True when the router did not answer and router_down=skip.
   type: bool
@@ -154,7 +161,7 @@ def main():
     )
     p = module.params
     base, wanted, state = p["router_url"], p["workers"], p["state"]
-    out = dict(changed=False, added=[], removed=[], router_down=False)
+    out = dict(changed=False, added=[], removed=[], not_listed=[], router_down=False)
     try:
         if state == "listed":
             deadline = time.time() + p["timeout"]
@@ -172,6 +179,7 @@ def main():
             current = listed(base)
             if state == "absent":
                 out["removed"] = [u for u in wanted if u in current]
+                out["not_listed"] = [u for u in wanted if u not in current]
                 if out["removed"] and not module.check_mode:
                     by = p["remove_by"]
                     if by == "auto":

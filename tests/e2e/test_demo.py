@@ -11,7 +11,9 @@ and PNG; --check --diff prints the plan of a switch; a switch gated by
 kimi_bench_min_ratio rolls back; a switch to vLLM is seen; a switch to NVFP4 builds its patched image and serves from
 it; NVFP4 refuses remote code that is still symlinked before changing anything; GPUS=b200-x8 swaps the host's GPUs,
 the weights stage repairs that remote code, and TensorRT-LLM serves from the YAML the collection writes (its /dev/shm
-refusal is proven by tests/integration); GPUS=ascend-a3-x16 makes it an Atlas 800 A3 that serves W4A8 on vLLM-Ascend, then
+refusal is proven by tests/integration); on the B200s, a switch to int4-vllm whose answers drop past kimi_verify_max_drop
+is rolled back naming nvfp4-trtllm, the identity compared with, and one within the margin serves two instances with the
+KV host tier and the loader the read test picked; GPUS=ascend-a3-x16 makes it an Atlas 800 A3 that serves W4A8 on vLLM-Ascend, then
 on SGLang-Ascend; a switch back to int4-sglang on the B200s with EAGLE-3 speculative decoding (a draft repo on the fake hub) answers
 through Caddy and reports its acceptance; every series the dashboard names was scraped;
 demo-clean removes everything. The tests depend on each other's order (pytest runs a module's tests in file order).
@@ -373,12 +375,76 @@ def container(fmt):
     return json.loads(host("docker", "inspect", "-f", "{{json %s}}" % fmt, "kimi-k26"))
 
 
+def fault_knobs(**knobs):
+    """make demo ARGS giving this run's engine double fault knobs (molecule/demo/converge.yml's kimi_test_fleet_env),
+    written without spaces: demo.sh splits ARGS into words."""
+    return "-e " + json.dumps({"kimi_test_fleet_env": {INSTANCE: knobs}}, separators=(",", ":"))
+
+
+def test_an_accuracy_drop_past_max_drop_rolls_the_switch_back_naming_the_identity_compared_with(first_run):
+    """The accuracy gate's A/B end to end: int4-vllm's double breaks the schema of 1 tool call in 5
+    (KIMI_DOUBLE_TOOL_ERROR_RATE), above the absolute floor given (50%) but 20 points below nvfp4-trtllm, the identity it
+    replaces, on the same probes: rolled back, the output naming the drop and the identity compared with."""
+    proc = make("demo", "QUANT=int4", "ENGINE=vllm", "ARGS=%s -e kimi_verify_min_schema_accuracy=50 "
+                "-e kimi_verify_max_drop=5" % fault_knobs(KIMI_DOUBLE_TOOL_ERROR_RATE="0.2"), check=False)
+    assert proc.returncode != 0
+    drop = re.search(r"the accuracy gate failed for int4-vllm: schema accuracy ([0-9.]+)% is ([0-9.]+) points below "
+                     r"([0-9.]+)% of nvfp4-trtllm \(at most 5\.0 allowed\)", proc.flat)
+    assert drop, proc.flat[-4000:]
+    assert 50 < float(drop.group(1)) < 95 and float(drop.group(3)) == 100.0
+    assert re.search(r"Rolled back: nvfp4-trtllm .* is serving again and passed verify", proc.flat), proc.flat[-3000:]
+    assert host("sh", "-c", ". /etc/kimi-k26.env && echo $QUANT-$FRAMEWORK").strip() == "nvfp4-trtllm"
+
+
+def test_two_instances_the_kv_host_tier_and_the_read_tests_loader_serve_within_the_accuracy_margin(first_run):
+    """One switch with the serve-faster features together, on the B200s: two vLLM instances (kimi_instances=2: TP4 x
+    DP2), the KV host tier sized from the server's RAM (the B200 profile's 2 TB, a meminfo double), and the weight
+    loader picked from the preflight's read test (its probe file, measured again). Each is asserted in the double's
+    argv and in what it serves. Its double breaks 1 tool call in 20: within kimi_verify_max_drop of nvfp4-trtllm, so
+    the gate passes it, comparing with that identity."""
+    proc = make("demo", "QUANT=int4", "ENGINE=vllm", "ARGS=-e kimi_instances=2 -e kimi_kv_offload=host "
+                "-e kimi_weights_read_test_write=true -e kimi_weights_read_test_refresh=true "
+                "-e kimi_weights_read_test_bytes=268435456 -e kimi_verify_min_schema_accuracy=80 "
+                "-e kimi_verify_max_drop=10 %s" % fault_knobs(KIMI_DOUBLE_TOOL_ERROR_RATE="0.05"))
+    out = proc.flat
+    assert "demo: cutover: %s switched from nvfp4-trtllm to int4-vllm" % INSTANCE in out
+    accuracy = re.search(r"accuracy: %s int4-vllm: schema accuracy ([0-9.]+)%.*; nvfp4-trtllm had 100\.00% and "
+                         r"100\.00%" % INSTANCE, out)
+    assert accuracy and 90 <= float(accuracy.group(1)) < 100, out[-4000:]
+    command = container(".Config.Cmd")
+    line = " ".join(command)
+    # two instances: vLLM's data parallelism, and one series child per engine index
+    assert "--tensor-parallel-size 4 --data-parallel-size 2" in line, line
+    text = metrics("/metrics", open(os.path.join(DIR, "metrics-key")).read().strip())[1]
+    for index in ("0", "1"):
+        answered = re.search(r'^vllm:request_success_total\{[^}]*engine="%s"[^}]*finished_reason="stop"\} ([0-9.]+)$'
+                             % index, text, re.M)
+        assert answered and float(answered.group(1)) > 0, text[:3000]
+    # the KV host tier: sized from the server's RAM (not the CI machine's), and the connector's series
+    memtotal = int(host("awk", "$1 == \"MemTotal:\" {print $2}", "/proc/meminfo"))
+    assert memtotal == 2 * 1024 ** 3, memtotal  # kB: the B200 profile's 2 TB
+    size = command[command.index("--kv-offloading-size") + 1]
+    assert command[command.index("--kv-offloading-backend") + 1] == "native" and int(size) > 64, line
+    assert re.search(r"^vllm:external_prefix_cache_queries_total\{", text, re.M), text[:3000]
+    # the loader: the one the rule picks for the rate the read test measured and kept on the host
+    sys.path.insert(0, os.path.join(ROOT, ".collections"))
+    from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import ENGINES
+    from ansible_collections.kimi.deploy.plugins.module_utils._model import loader
+    rate = json.loads(host("cat", "/var/lib/kimi-k26/weights-read-test.json"))["read_mbps"]
+    assert re.search(r"weights disk [^:]+: %.0f MB/s sequential \([a-z_]+, 256 MiB\), measured now" % rate, out), out[-4000:]
+    chosen = loader.choose(ENGINES["vllm"], "0.22.1", None, rate)
+    assert ("--load-format %s" % chosen["format"] in line) == bool(chosen["format"]), (rate, chosen, line)
+    assert ("--load-format" in line) == bool(chosen["format"]), (rate, chosen, line)
+    logged = host("journalctl", "-u", "kimi-k26", "--no-pager", "-o", "cat", "-n", "400")
+    assert ("Weight loader: load_format=%s" % chosen["format"] in logged) == bool(chosen["format"]), logged[-2000:]
+
+
 def test_ascend_a3_host_serves_w4a8_on_vllm_ascend_through_caddy(first_run):
     """make demo GPUS=ascend-a3-x16 QUANT=w4a8 ENGINE=vllm: the host's GPUs become an Atlas 800 A3's 16 NPUs (npu-smi
     double, driver files, device nodes), ascend_host prepares it, and vLLM-Ascend's double serves through Caddy with
     the NPUs given as devices and read-only driver mounts, its own /dev/shm and seed 004's environment."""
     out = make("demo", "GPUS=ascend-a3-x16", "QUANT=w4a8", "ENGINE=vllm").flat
-    assert "demo: cutover: %s switched from nvfp4-trtllm to w4a8-vllm" % INSTANCE in out
+    assert "demo: cutover: %s switched from int4-vllm to w4a8-vllm" % INSTANCE in out
     assert "Hello from the Kimi-K2.6 engine double (vllm)" in lines_of(out, "completion:")[0]
     assert re.search(r"get_weather\(.*Paris", lines_of(out, "tool call:")[0])
     assert "blue" in lines_of(out, "vision:")[0]
@@ -474,8 +540,8 @@ def test_the_dashboard_names_only_series_prometheus_scraped(first_run):
     vLLM, TensorRT-LLM and the Ascend engines (the engine-specific alternatives of each panel included). The usage
     panels' series come from a fleet gateway's usage tap, which the demo host is not: molecule/fleet's verify checks
     those names against the tap it runs. The KV host tier's series (the engines' data, kv_offload.metrics) exist only
-    with kimi_kv_offload host, which the demo host's memory cannot hold: tests/unit/test_dashboard.py checks them against
-    the doubles' exposition with the tier on."""
+    with kimi_kv_offload host: the demo served it on vLLM only (the B200 profile's RAM); tests/unit/test_dashboard.py
+    checks the others against the doubles' exposition with the tier on."""
     sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
     from test_dashboard import dashboard_metric_names
     from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import ENGINES

@@ -2,6 +2,7 @@
 import base64
 import io
 import json
+import re
 import os
 import signal
 import socket
@@ -463,6 +464,31 @@ def test_metrics_rules(start):
     assert status == 200 and 'sglang:num_requests_total{model_name="kimi-k2.6"} 1.0' in text
     line = [x for x in SGLANG_LINE if x != "--enable-metrics"]
     assert start("sglang", line=line).get("/metrics")[0] == 404
+
+
+def test_vllm_data_parallel_engines_each_have_their_series_and_share_the_requests(start):
+    """--data-parallel-size 2 (kimi_instances=2): one child per engine index, as vLLM's logger makes them; the
+    requests spread over both."""
+    v = start("vllm", ["--data-parallel-size", "2"])
+    for i in range(4):
+        assert v.post(chat("hello %d" % i))[0] == 200
+    text = v.get("/metrics")[1]
+    for index in ("0", "1"):
+        success = re.search(r'^vllm:request_success_total\{model_name="kimi-k2.6",engine="%s",finished_reason="stop"\} '
+                            r'([0-9.]+)$' % index, text, re.M)
+        assert success and float(success.group(1)) == 2.0, text
+        assert re.search(r'^vllm:time_to_first_token_seconds_count\{model_name="kimi-k2.6",engine="%s"\} 2.0$'
+                         % index, text, re.M), text
+    assert 'engine="2"' not in text
+    one = start("vllm").get("/metrics")[1]
+    assert 'engine="0"' in one and 'engine="1"' not in one
+
+
+def test_the_weight_loader_asked_for_is_logged(start):
+    v = start("vllm", ["--load-format", "runai_streamer", "--model-loader-extra-config", '{"concurrency": 16}'])
+    assert 'Weight loader: load_format=runai_streamer, model_loader_extra_config={"concurrency": 16}' in v.out.getvalue() + v.err.getvalue()
+    plain = start("vllm")
+    assert "Weight loader:" not in plain.out.getvalue() + plain.err.getvalue()
 
 
 def test_sglang_health_503_while_starting(start):

@@ -88,7 +88,8 @@ def test_an_instance_taken_out_gets_nothing_and_comes_back(gateway, router, engi
     assert preview["changed"] and preview["removed"] == [ua]
     out = workers(url, "auto", [ua], "absent")  # what kimi_switch passes: read off the router that runs
     assert out["changed"] and out["removed"] == [ua] and [w["url"] for w in out["workers"]] == [ub]
-    assert not workers(url, remove_by, [ua], "absent")["changed"]  # idempotent
+    again = workers(url, remove_by, [ua], "absent")  # idempotent, and says the router did not list it
+    assert not again["changed"] and again["removed"] == [] and again["not_listed"] == [ua]
     before = served(a)
     for i in range(4):
         assert post_raw(url + "/v1/chat/completions", chat("out %d" % i))[0] == 200

@@ -7,6 +7,7 @@ import sys
 
 import yaml
 
+from ansible_collections.kimi.deploy.plugins.module_utils import _accuracy as acc
 from ansible_collections.kimi.deploy.plugins.module_utils._model.site_inputs import INPUTS
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
@@ -91,6 +92,7 @@ def test_the_serving_time_probe_writes_its_series_and_sees_answers_turn_to_garba
     assert "int4-sglang: 0 of 8 answered cases passed; failing: " in out
     assert 'kimi_probe_accuracy{identity="int4-sglang"} 0.0' in text
     assert 'kimi_probe_failures_total{identity="int4-sglang"} 8' in text
-    assert json.loads((tmp_path / "state.json").read_text())["offset"] == (first + 8) % 72  # the next slice
+    pool = [c for c in acc.load(load("files", "kimi-k26-probes.yml")) if c["category"] != "needle"]
+    assert json.loads((tmp_path / "state.json").read_text())["offset"] == (first + 8) % len(pool)  # the next slice
     _out, down = probe_run(tmp_path, "http://127.0.0.1:9")
     assert 'kimi_probe_accuracy{identity="int4-sglang"} 0.0' in down and "failures_total{identity=\"int4-sglang\"} 8" in down

@@ -113,8 +113,11 @@ class Exposition:
         self.lines += ["# HELP %s %s" % (name, doc), "# TYPE %s %s" % (name, kind)]
 
     def gauge(self, name, doc, labels, value):
+        """One child (labels a tuple of pairs, value a number) or several (lists of each)."""
         self._family(name, doc, "gauge")
-        self.lines.append("%s%s %s" % (name, self._labels(labels), go_float(value)))
+        children = list(zip(labels, value)) if isinstance(value, list) else [(labels, value)]
+        for pairs, one in children:
+            self.lines.append("%s%s %s" % (name, self._labels(pairs), go_float(one)))
 
     def counter(self, name, doc, labels, values, created=None):
         """One child (labels a tuple of pairs, values a number) or several (lists of each)."""
@@ -126,16 +129,18 @@ class Exposition:
                 self.lines.append("%s_created%s %s" % (name, self._labels(pairs), go_float(created)))
 
     def histogram(self, name, doc, labels, hist, created=None):
+        """One child (labels a tuple of pairs, hist a Histogram) or several (lists of each)."""
         self._family(name, doc, "histogram")
-        total = 0
-        for bound, count in zip(hist.bounds + [float("inf")], hist.counts):
-            total += count
-            self.lines.append("%s_bucket%s %s" % (name, self._labels(labels + (("le", go_float(bound)),)),
-                                                  go_float(total)))
-        self.lines.append("%s_count%s %s" % (name, self._labels(labels), go_float(total)))
-        self.lines.append("%s_sum%s %s" % (name, self._labels(labels), go_float(hist.sum)))
-        if created is not None:
-            self.lines.append("%s_created%s %s" % (name, self._labels(labels), go_float(created)))
+        for pairs, one in (list(zip(labels, hist)) if isinstance(hist, list) else [(labels, hist)]):
+            total = 0
+            for bound, count in zip(one.bounds + [float("inf")], one.counts):
+                total += count
+                self.lines.append("%s_bucket%s %s" % (name, self._labels(pairs + (("le", go_float(bound)),)),
+                                                      go_float(total)))
+            self.lines.append("%s_count%s %s" % (name, self._labels(pairs), go_float(total)))
+            self.lines.append("%s_sum%s %s" % (name, self._labels(pairs), go_float(one.sum)))
+            if created is not None:
+                self.lines.append("%s_created%s %s" % (name, self._labels(pairs), go_float(created)))
 
     def text(self):
         return "".join(line + "\n" for line in self.lines)
@@ -151,35 +156,44 @@ def offload_tier(engine, args):
     return bool(((args.llm_args or {}).get("kv_cache_config") or {}).get("host_cache_size"))
 
 
-def render(engine, name, c, hist, queue, usage, created, iter_stats, spec=None, offload=False):
+def render(engine, name, c, hist, queue, usage, created, iter_stats, spec=None, offload=False, engines=None):
     """The engine's own Prometheus text for a snapshot of the double's state: c its counters, hist its latency
     histograms, queue and usage the KIMI_DOUBLE_QUEUE and KIMI_DOUBLE_KV_USAGE gauges, created the start time (vLLM's
     _created samples), iter_stats whether TensorRT-LLM's iteration stats are on (its gauges come from them), spec the
     speculative-decoding state (speculative.Speculative.snapshot) or None, offload whether the KV host tier is on (its
-    hit series: the double caches nothing, so every prompt token is a miss)."""
+    hit series: the double caches nothing, so every prompt token is a miss), engines vLLM's data-parallel engines on
+    this server ([(counters, histograms)] per engine index, --data-parallel-size: one child each, as its logger makes
+    one per engine; None: one engine, c and hist)."""
     out = Exposition()
     if engine == "vllm":  # vllm/v1/metrics/loggers.py (PrometheusStatLogger): one child per engine index
+        engines = engines or [(c, hist)]
         labels = (("model_name", name), ("engine", "0"))
-        out.gauge("vllm:num_requests_running", "Number of requests in model execution batches.", labels,
-                  c["running"])
-        out.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels, queue)
-        out.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels, usage)
-        out.counter("vllm:prompt_tokens", "Number of prefill tokens processed.", labels, c["prompt_tokens"],
-                    created)
-        out.counter("vllm:generation_tokens", "Number of generation tokens processed.", labels,
-                    c["generation_tokens"], created)
+        each = [(("model_name", name), ("engine", str(i))) for i in range(len(engines))]
+        # the running requests spread over the engines as the front end's balancer spreads them; the queue knob on
+        # the first (a drain sums every child)
+        running = [c["running"] // len(engines) + (1 if i < c["running"] % len(engines) else 0)
+                   for i in range(len(engines))]
+        out.gauge("vllm:num_requests_running", "Number of requests in model execution batches.", each, running)
+        out.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", each,
+                  [queue] + [0] * (len(engines) - 1))
+        out.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", each,
+                  [usage] * len(engines))
+        out.counter("vllm:prompt_tokens", "Number of prefill tokens processed.", each,
+                    [e["prompt_tokens"] for e, _ in engines], created)
+        out.counter("vllm:generation_tokens", "Number of generation tokens processed.", each,
+                    [e["generation_tokens"] for e, _ in engines], created)
         out.counter("vllm:request_success", "Count of successfully processed requests.",
-                    [labels + (("finished_reason", r),) for r in VLLM_FINISH_REASONS],
-                    [c["finished"].get(r, 0) for r in VLLM_FINISH_REASONS], created)
+                    [pairs + (("finished_reason", r),) for pairs in each for r in VLLM_FINISH_REASONS],
+                    [e["finished"].get(r, 0) for e, _ in engines for r in VLLM_FINISH_REASONS], created)
         for kind, (metric, doc) in VLLM_HISTOGRAMS.items():
-            out.histogram(metric, doc, labels, hist[kind], created)
+            out.histogram(metric, doc, each, [h[kind] for _, h in engines], created)
         if offload:  # v1/metrics/loggers.py: the KV connector's prefix-cache counters, in tokens
             out.counter("vllm:external_prefix_cache_queries",
                         "External prefix cache queries from KV connector cross-instance cache sharing, in terms of "
-                        "number of queried tokens.", labels, c["prompt_tokens"], created)
+                        "number of queried tokens.", each, [e["prompt_tokens"] for e, _ in engines], created)
             out.counter("vllm:external_prefix_cache_hits",
                         "External prefix cache hits from KV connector cross-instance cache sharing, in terms of "
-                        "number of cached tokens.", labels, 0, created)
+                        "number of cached tokens.", each, [0] * len(engines), created)
         if spec:  # v1/spec_decode/metrics.py SpecDecodingProm: only with a speculative config, children made at start
             stats = spec["stats"]
             for key, metric, doc in SPEC_VLLM_COUNTERS:

@@ -71,6 +71,13 @@ class EngineDouble:
         self.tool_calls = 0  # tool calls made, for KIMI_DOUBLE_TOOL_ERROR_RATE
         # what /metrics observed of the requests served: TTFT, inter-token latency (TRT-LLM: per-request TPOT), e2e
         self.latency = {kind: metrics.Histogram(buckets) for kind, buckets in metrics.LATENCY_BUCKETS[engine].items()}
+        # vLLM's data-parallel engines behind this one API server (--data-parallel-size, or its local share on a
+        # head): each request goes to one, in turn, and /metrics has one child per engine index
+        local = args.get("data_parallel_size_local") or args.get("data_parallel_size") if engine == "vllm" else None
+        self.engines = [({"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "running": 0, "finished": {}},
+                         {kind: metrics.Histogram(buckets) for kind, buckets in metrics.LATENCY_BUCKETS[engine].items()})
+                        for _ in range(max(int(local or 1), 1))]
+        self.observed = 0  # answers observed in the latency histograms, for the engine index
         self.rendezvous = None  # a replica over several hosts (--nnodes > 1)
         self.disagg = None  # prefill/decode disaggregation (disagg.py)
         self.speculative = None  # speculative decoding (speculative.py)
@@ -224,6 +231,9 @@ class EngineDouble:
                 return self.fail(problem)
         t0 = time.time()
         self.log("Loading weights from %s" % self.model, "default_loader.py" if self.engine == "vllm" else "")
+        loader = self.loader()
+        if loader:
+            self.log("Weight loader: %s [engine double: the weights are read as the default loader reads them]" % loader)
         try:
             self.loaded = hfcache.load(self.model, self.args.get("revision"), self.env,
                                        trust_remote_code=self.args.flag("trust_remote_code"))
@@ -383,12 +393,26 @@ class EngineDouble:
         with self.lock:
             c = dict(self.counters, finished=dict(self.counters["finished"]))
             hist = {kind: h.copy() for kind, h in self.latency.items()}
+            engines = [(dict(ec, finished=dict(ec["finished"])), {kind: h.copy() for kind, h in eh.items()})
+                       for ec, eh in self.engines]
             spec = self.speculative.snapshot() if self.speculative else None
         queue = metrics.knob(self.env, "KIMI_DOUBLE_QUEUE", "queue") or 0  # a bad value stopped the start-up
         usage = metrics.knob(self.env, "KIMI_DOUBLE_KV_USAGE", "usage") or 0.0
         return metrics.render(self.engine, self.names[0], c, hist, queue, usage, self.created,
                               bool((self.args.llm_args or {}).get("enable_iter_perf_stats")), spec,
-                              metrics.offload_tier(self.engine, self.args))
+                              metrics.offload_tier(self.engine, self.args), engines)
+
+    def loader(self):
+        """The weight loader the arguments ask for, in words (None: the engine's default): vLLM --load-format and
+        --safetensors-load-strategy, SGLang --load-format and --weight-loader-prefetch-checkpoints, and either's
+        --model-loader-extra-config."""
+        parts = []
+        for dest in ("load_format", "safetensors_load_strategy", "weight_loader_prefetch_checkpoints",
+                     "model_loader_extra_config"):
+            value = self.args.get(dest)
+            if value not in (None, "", "auto", False):
+                parts.append("%s=%s" % (dest, json.dumps(value, sort_keys=True) if isinstance(value, dict) else value))
+        return ", ".join(parts) or None
 
     def record_latency(self, plan, started, first, ended):
         """Observe one answered request in the latency histograms, as the engines do when it finishes: TTFT
@@ -398,12 +422,15 @@ class EngineDouble:
         ttft, e2e = max(first - started, 1e-6), max(ended - started, 1e-6)
         decode = max(e2e - ttft, 0.0)
         with self.lock:
-            self.latency["ttft"].observe(ttft)
-            self.latency["e2e"].observe(e2e)
-            if tokens > 1 and self.engine == "trtllm":
-                self.latency["itl"].observe(decode / (tokens - 1))
-            elif tokens > 1:
-                self.latency["itl"].observe(decode / (tokens - 1), times=tokens - 1, total=decode)
+            per_engine = self.engines[self.observed % len(self.engines)][1]
+            self.observed += 1
+            for latency in (self.latency, per_engine):
+                latency["ttft"].observe(ttft)
+                latency["e2e"].observe(e2e)
+                if tokens > 1 and self.engine == "trtllm":
+                    latency["itl"].observe(decode / (tokens - 1))
+                elif tokens > 1:
+                    latency["itl"].observe(decode / (tokens - 1), times=tokens - 1, total=decode)
 
     def log_speculation(self, spec, running, tokens):
         """After an answer with speculative decoding: vLLM's `SpecDecoding metrics` line (its stat logger logs it every
@@ -525,11 +552,12 @@ class EngineDouble:
         usage = {"prompt_tokens": len(prompt.split()) + 256 * len(colours), "completion_tokens": completion}
         usage["total_tokens"] = usage["prompt_tokens"] + completion
         with self.lock:
-            self.counters["requests"] += 1
-            self.counters["prompt_tokens"] += usage["prompt_tokens"]
-            self.counters["generation_tokens"] += completion
             reason = "length" if finish == "length" else "stop"  # the engine's reason: a tool call stops
-            self.counters["finished"][reason] = self.counters["finished"].get(reason, 0) + 1
+            for counters in (self.counters, self.engines[self.counters["requests"] % len(self.engines)][0]):
+                counters["requests"] += 1
+                counters["prompt_tokens"] += usage["prompt_tokens"]
+                counters["generation_tokens"] += completion
+                counters["finished"][reason] = counters["finished"].get(reason, 0) + 1
             spec = self.speculative.observe(completion) if self.speculative else None
             running = self.counters["running"]
         if spec is not None:

@@ -28,7 +28,8 @@ def shipped():
 
 def test_the_shipped_probes_cover_every_category_with_and_without_thinking_and_streaming():
     cases = acc.load(shipped())
-    assert len(cases) >= 60
+    assert len(set(c["case"] for c in cases)) >= 60  # cases, not requests (a case runs once per variant)
+    assert all(c["source"].startswith(("K2-Vendor-Verifier: ", "written for kimi.deploy: ")) for c in cases)
     assert set(c["category"] for c in cases) == set(acc.CATEGORIES) - {"vendor"}  # vendor: converted, not shipped
     assert {(c["thinking"], c["stream"]) for c in cases} >= {(True, False), (False, False), (True, True)}
     for tool in shipped()["tools"].values():
@@ -64,13 +65,28 @@ def test_the_validator_agrees_with_jsonschema_on_every_shipped_tool():
     ({"version": 1, "cases": [{"id": "a", "category": "choice", "prompt": "x"}]}, "must say which tools it expects"),
     ({"version": 1, "cases": [{"id": "a", "category": "deterministic", "prompt": "x", "expected": {}}]},
      "unknown field(s) expected"),
-    ({"version": 1, "cases": [{"id": "a", "category": "deterministic", "prompt": "x"},
-                              {"id": "a", "category": "deterministic", "prompt": "y"}]}, "the id is used twice"),
+    ({"version": 1, "cases": [{"id": "a", "category": "deterministic", "source": "s", "prompt": "x"},
+                              {"id": "a", "category": "deterministic", "source": "s", "prompt": "y"}]},
+     "the id is used twice"),
+    ({"version": 1, "cases": [{"id": "a", "category": "deterministic", "prompt": "What is 2 plus 2?"}]},
+     "case a: source is required: one line saying where the case's kind and expectation come from"),
+    ({"version": 1, "cases": [{"id": "a", "category": "deterministic", "source": " ", "prompt": "x"}]},
+     "case a: source is required"),
+    ({"version": 1, "cases": [{"id": "a", "category": "deterministic", "source": ["s"], "prompt": "x"}]},
+     "case a: source is required"),
 ])
 def test_a_probe_file_out_of_format_is_refused_naming_the_case_and_field(doc, words):
     with pytest.raises(acc.ProbeError, match="^my.yml") as refused:
         acc.load(doc, "my.yml")
-    assert words in str(refused.value)
+    assert words in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_vendor_case_has_the_vendor_verifier_as_its_source_unless_it_names_one():
+    doc = {"version": 1, "tools": {"t": {"parameters": {"type": "object"}}},
+           "cases": [{"id": "v", "category": "vendor", "tools": ["t"], "prompt": "x"},
+                     {"id": "w", "category": "vendor", "source": "K2-Vendor-Verifier: line 7", "tools": ["t"],
+                      "prompt": "x"}]}
+    assert [c["source"] for c in acc.load(doc)] == [acc.VENDOR_SOURCE, "K2-Vendor-Verifier: line 7"]
 
 
 WEATHER = acc.load(shipped())[0]  # required-weather/think
@@ -172,6 +188,9 @@ def test_each_fault_knob_is_caught_by_its_figure(start):
     assert any(r.endswith("reasoning leaks, at most 0 allowed") for r in acc.judge(leak, thresholds))
     garbage = run_on(start("sglang"), KIMI_DOUBLE_GARBAGE_AFTER="0")
     assert garbage["answer_failures"] > 5 and garbage["schema_accuracy"] == 0.0
+    broken = run_on(start("sglang"), KIMI_DOUBLE_BROKEN_TOOLS="1")  # the tool calls come back as text
+    assert broken["choice_accuracy"] < 95 and broken["answer_failures"] == 0
+    assert acc.judge(broken, thresholds)[0].startswith("choice accuracy")
 
 
 def test_the_vendor_verifiers_requests_convert_into_cases_scored_on_their_schema(tmp_path, start):
