@@ -2,8 +2,9 @@
 datasource and a title on every panel, and only series a Kimi host really exposes.
 
 The series list is tests/fixtures/prometheus/scraped-series.txt, written by make_scraped_series.py beside it (the engine
-double's /metrics for each engine, dcgm-exporter's default counters, node exporter, Caddy, the kimi_* series). The
-e2e test imports dashboard_metric_names() from here and checks the same names against a live Prometheus.
+double's /metrics for each engine, dcgm-exporter's default counters, node exporter, Caddy, the PD routers' recorded
+series, the kimi_* series read from the files that write them). The e2e test imports dashboard_metric_names() from
+here and checks the same names against a live Prometheus.
 """
 import json
 import os

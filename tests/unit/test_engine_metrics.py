@@ -15,9 +15,11 @@ What is checked, and against what:
   release of its engine (any of them may be deployed), its selector labels among the release's labels where the
   release's label list is complete;
 - the collection's own series (kimi_*) against the `# TYPE` lines of the files that write them (roles/*: the textfile
-  collectors, the usage tap, the probe, the watchdog), and the other exporters' (dcgm-exporter, npu-exporter, node
+  collectors, the usage tap, the probe, the watchdog), as make_scraped_series.own_series() reads them (the one reader:
+  scraped-series.txt's kimi_* part comes from it too), and the other exporters' (dcgm-exporter, npu-exporter, node
   exporter, Caddy, Prometheus's own) against the lists tests/fixtures/prometheus/make_scraped_series.py declares with
-  their upstream sources.
+  their upstream sources;
+- every series the dashboard and the alert rules use against scraped-series.txt (what a host's scrape jobs expose).
 A release that could not be read (the JSON says `read: false` and why: TensorRT-LLM 1.3.0rc17, whose wheel is not on
 PyPI) checks nothing; test_only_trtllm_is_unread keeps that list from growing unseen.
 """
@@ -55,7 +57,7 @@ for _path in (HERE, PROMETHEUS_FIXTURES, ENGINE_DOUBLE, TOOLS):
 import engine_metrics  # noqa: E402  tools/engine_metrics.py
 import make_scraped_series  # noqa: E402
 from kimi_engine_double import metrics as double_metrics  # noqa: E402
-from test_dashboard import dashboard_metric_names, promql_metric_names, tokens  # noqa: E402
+from test_dashboard import dashboard_metric_names, promql_metric_names, scraped_series, tokens  # noqa: E402
 
 # Series prefix -> the engine (or router) whose releases define it. Engine families: a registry build's `name`
 # (vLLM-Ascend and SGLang-Ascend are vllm and sglang builds).
@@ -265,34 +267,17 @@ def exposition_uses(text, where):
 
 
 # ---- the collection's own series ------------------------------------------------------------------------------------
-def own_declared():
-    """{name pattern: labels} of the series the collection writes: the `# TYPE` lines of roles/ (a `%s` in a name is one
-    word, as the usage tap's kimi_usage_%s_tokens_total), with the label names of the samples written beside them."""
-    out = {}
-    for path in sorted(glob.glob(os.path.join(ROLES, "*", "*", "*"))):
-        if not os.path.isfile(path) or os.path.basename(path).endswith((".json", ".png")):
-            continue
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
-        for name in re.findall(r"# TYPE (kimi_[A-Za-z0-9_%]+) \w+", text):
-            pattern = "^%s$" % re.escape(name).replace("%s", "[a-z0-9]+")
-            labels = set()
-            for line in text.splitlines():  # a sample line: the name, then `{label="..."` (a template's values hold })
-                for sample in re.findall(re.escape(name) + r"\{(.*)", line):
-                    labels |= set(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)=\\?"', sample))
-            out[pattern] = out.get(pattern, set()) | labels
-    return out
+def own_declared(roles=make_scraped_series.ROLES):
+    """{name pattern: labels} of the series the collection writes, as make_scraped_series.own_series() reads them from
+    their writers (the `# TYPE` lines of roles/ with a sample written beside them; a `%s` in a name is one word, as the
+    usage tap's kimi_usage_%s_tokens_total). One reader: scraped-series.txt's kimi_* part comes from it too."""
+    return {"^%s$" % re.escape(name).replace("%s", "[a-z0-9]+"): entry["labels"]
+            for name, entry in make_scraped_series.own_series(roles).items()}
 
 
 def exporters_declared():
     """The other exporters' series, as make_scraped_series.py lists them (each list names its upstream source)."""
-    names = set(make_scraped_series.NPU_EXPORTER + make_scraped_series.NODE_EXPORTER + make_scraped_series.CADDY
-                + make_scraped_series.PROMETHEUS)
-    for line in make_scraped_series.DCGM_DEFAULT_COUNTERS.strip().splitlines():
-        name, kind = [part.strip() for part in line.split(",")]
-        if kind != "label":
-            names.add(name)
-    return names
+    return make_scraped_series.exporter_series()
 
 
 def check_own_names(uses):
@@ -362,6 +347,16 @@ def test_the_alert_rules_name_only_released_series():
             "vllm:kv_cache_usage_perc", "DCGM_FI_DEV_GPU_TEMP", "npu_chip_info_temperature"} <= set(uses)
 
 
+def test_every_series_the_alert_rules_and_the_dashboard_use_is_scraped():
+    """scraped-series.txt is what a host's scrape jobs expose (make_scraped_series.py: the kimi_* part read from the
+    writers, the routers' from their recorded releases): a rule or a panel on a name outside it selects nothing."""
+    scraped = scraped_series()
+    assert sorted(set(alert_uses()) - scraped) == []
+    assert sorted(set(dashboard_uses()) - scraped) == []
+    assert {"kimi_probe_accuracy", "kimi_probe_failures_total", "kimi_replica_state", "kimi_replica_restarts_total",
+            "kimi_replica_last_recovery_seconds", "smg_worker_health", "vllm_router_worker_health"} <= scraped
+
+
 def test_the_canary_reads_released_histograms_and_counters():
     """The canary compares TTFT and ITL from `<name>_bucket` and skips a missing histogram: each must be a histogram
     of every pinned release of its engine; the finished-request counters and the routers' outcome counters must be
@@ -406,6 +401,43 @@ def test_a_renamed_alert_series_or_label_is_found(tmp_path):
     assert "sglang:num_queued_reqs (alert KimiQueueGrowing): not a series of sglang-0.5.23" in check_release_names(uses)
     assert check_own_names(uses) == [
         "kimi_replica_state (alert KimiReplicaRecovering): labels ['status'], its writer writes ['state']"]
+
+
+def test_a_rule_on_a_kimi_series_no_writer_writes_is_found(tmp_path):
+    with open(ALERTS, encoding="utf-8") as handle:
+        text = handle.read()
+    assert "kimi_probe_accuracy" in text
+    copy_path = tmp_path / "kimi-alerts.yml.j2"
+    copy_path.write_text(text.replace("kimi_probe_accuracy", "kimi_probe_accuracy_ratio"), encoding="utf-8")
+    uses = alert_uses(str(copy_path))
+    assert check_own_names(uses) == [
+        "kimi_probe_accuracy_ratio (alert KimiAnswersWrong): no file under roles/ declares it (# TYPE)"]
+    assert sorted(set(uses) - scraped_series()) == ["kimi_probe_accuracy_ratio"]
+
+
+def test_the_own_series_are_read_from_their_writers(tmp_path):
+    """make_scraped_series.own_series(): a writer's # TYPE line with the labels of its samples; a writer that declares
+    a series and writes no sample of it fails the generator (and so the fixture's check)."""
+    probe = os.path.join(ROLES, "kimi_probes", "files", "kimi_probe.py")
+    with open(probe, encoding="utf-8") as handle:
+        source = handle.read()
+    roles = tmp_path / "roles"
+    (roles / "kimi_probes" / "files").mkdir(parents=True)
+    (roles / "kimi_probes" / "files" / "kimi_probe.py").write_text(source, encoding="utf-8")
+    found = make_scraped_series.own_series(str(roles))
+    assert sorted(found) == ["kimi_probe_accuracy", "kimi_probe_failures_total",
+                             "kimi_probe_last_run_timestamp_seconds"]
+    assert found["kimi_probe_accuracy"]["labels"] == {"identity"} and found["kimi_probe_accuracy"]["type"] == "gauge"
+    assert make_scraped_series.own_exposed(str(roles)) == set(found)
+    assert "kimi_probe_accuracy" not in own_declared(str(tmp_path / "none"))
+    # the accuracy sample dropped, its # TYPE line kept
+    line = [x for x in source.splitlines() if "lines.append('kimi_probe_accuracy{" in x]
+    assert len(line) == 1
+    (roles / "kimi_probes" / "files" / "kimi_probe.py").write_text(source.replace(line[0], "        pass"),
+                                                                   encoding="utf-8")
+    with pytest.raises(ValueError, match="kimi_probe.py declares kimi_probe_accuracy [(]# TYPE[)] but writes no "
+                                         "sample of it"):
+        make_scraped_series.own_series(str(roles))
 
 
 def test_a_canary_histogram_that_is_a_counter_is_found():

@@ -64,8 +64,8 @@ def main():
                  if m and m.group("ip") == gateway_ip]
         late = [round(t - start, 3) for t in times for start, end in spans if start <= t < (end or float("inf"))]
         # the list is read every POLL seconds: the router put a worker back up to one reading before it was seen
-        ends = [(end or float("inf")) - start - POLL - 0.1 for start, end in spans]
-        during = sum(1 for t in times for (start, _), length in zip(spans, ends) if grace < t - start < length)
+        spans_seen = [(start, (end or float("inf")) - start - POLL - 0.1) for start, end in spans]
+        during = sum(1 for t in times for start, length in spans_seen if grace < t - start < length)
         report[host] = {"url": url, "windows": spans, "during": during, "late": late,
                         "total": len(times),
                         "before": sum(1 for t in times if spans and t < spans[0][0]),

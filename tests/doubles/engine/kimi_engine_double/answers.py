@@ -293,7 +293,7 @@ for _names, _dimension, _size in (
         ("mebibyte mib", "data", Fraction(2 ** 20)), ("gibibyte gib", "data", Fraction(2 ** 30)),
         ("tebibyte tib", "data", Fraction(2 ** 40))):
     for _name in _names.split():
-        for _spelling in {_name, _name.replace("metre", "meter")}:
+        for _spelling in sorted({_name, _name.replace("metre", "meter")}):
             UNITS[_spelling] = UNITS[_spelling + "s"] = (_dimension, _size)
 UNITS.update(inches=UNITS["inch"], feet=UNITS["foot"])
 TEMPERATURES = {"celsius": (Fraction(1), Fraction("273.15")), "c": (Fraction(1), Fraction("273.15")),

@@ -179,18 +179,18 @@ def render(engine, name, c, hist, queue, usage, created, iter_stats, spec=None, 
         out.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", each,
                   [usage] * len(engines))
         out.counter("vllm:prompt_tokens", "Number of prefill tokens processed.", each,
-                    [e["prompt_tokens"] for e, _ in engines], created)
+                    [e["prompt_tokens"] for e, _hist in engines], created)
         out.counter("vllm:generation_tokens", "Number of generation tokens processed.", each,
-                    [e["generation_tokens"] for e, _ in engines], created)
+                    [e["generation_tokens"] for e, _hist in engines], created)
         out.counter("vllm:request_success", "Count of successfully processed requests.",
                     [pairs + (("finished_reason", r),) for pairs in each for r in VLLM_FINISH_REASONS],
-                    [e["finished"].get(r, 0) for e, _ in engines for r in VLLM_FINISH_REASONS], created)
+                    [e["finished"].get(r, 0) for e, _hist in engines for r in VLLM_FINISH_REASONS], created)
         for kind, (metric, doc) in VLLM_HISTOGRAMS.items():
-            out.histogram(metric, doc, each, [h[kind] for _, h in engines], created)
+            out.histogram(metric, doc, each, [h[kind] for _c, h in engines], created)
         if offload:  # v1/metrics/loggers.py: the KV connector's prefix-cache counters, in tokens
             out.counter("vllm:external_prefix_cache_queries",
                         "External prefix cache queries from KV connector cross-instance cache sharing, in terms of "
-                        "number of queried tokens.", each, [e["prompt_tokens"] for e, _ in engines], created)
+                        "number of queried tokens.", each, [e["prompt_tokens"] for e, _hist in engines], created)
             out.counter("vllm:external_prefix_cache_hits",
                         "External prefix cache hits from KV connector cross-instance cache sharing, in terms of "
                         "number of cached tokens.", each, [0] * len(engines), created)

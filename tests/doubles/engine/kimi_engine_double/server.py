@@ -76,7 +76,7 @@ class EngineDouble:
         local = args.get("data_parallel_size_local") or args.get("data_parallel_size") if engine == "vllm" else None
         self.engines = [({"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "running": 0, "finished": {}},
                          {kind: metrics.Histogram(buckets) for kind, buckets in metrics.LATENCY_BUCKETS[engine].items()})
-                        for _ in range(max(int(local or 1), 1))]
+                        for _index in range(max(int(local or 1), 1))]
         self.observed = 0  # answers observed in the latency histograms, for the engine index
         self.rendezvous = None  # a replica over several hosts (--nnodes > 1)
         self.disagg = None  # prefill/decode disaggregation (disagg.py)
