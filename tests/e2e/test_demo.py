@@ -434,6 +434,7 @@ def test_two_instances_the_kv_host_tier_and_the_read_tests_loader_serve_within_t
     rate = json.loads(host("cat", "/var/lib/kimi-k26/weights-read-test.json"))["result"]["read_mbps"]
     assert re.search(r"weights disk [^:]+: %.0f MB/s sequential \([a-z_]+, 256 MiB\), measured now" % rate, out), out[-4000:]
     chosen = loader.choose(ENGINES["vllm"], "0.22.1", None, rate)
+    assert re.search(r"the weights disk reads %.0f MB/s sequentially \(preflight read test\)" % rate, out), out[-4000:]
     assert ("--load-format %s" % chosen["format"] in line) == bool(chosen["format"]), (rate, chosen, line)
     assert ("--load-format" in line) == bool(chosen["format"]), (rate, chosen, line)
     logged = host("journalctl", "-u", "kimi-k26", "--no-pager", "-o", "cat", "--since", "@%d" % started)
