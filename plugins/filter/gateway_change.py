@@ -12,10 +12,10 @@ short_description: What one gateway's router did with a switching host's instanc
 version_added: 0.3.0
 author: kimi.deploy contributors
 description:
-  - Says what the router did, read from the module's result (its worker list before and after), not what was asked -
+  - "Says what the router did, read from the module's result (its worker list before and after), not what was asked -
     C(removed <url>), C(added <url>), C(did not list <url>) (nothing to take out: the instance is not a worker of it, or
-    is known there by another URL), C(listed it already), or C(not running yet) (a first deployment).
-  - kimi_switch's gateway step says it per gateway, so a switch's output shows a removal only where one happened.
+    is known there by another URL), C(listed it already), or C(not running yet) (a first deployment)."
+  - "kimi_switch's gateway step says it per gateway, so a switch's output shows a removal only where one happened."
 options:
   _input:
     description: One result of C(kimi.deploy.gateway_workers) (a loop item's result).
