@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -42,9 +43,17 @@ def post(url, body, client=None, **more):
         return response.status, response.read().decode()
 
 
-def series(metrics_url):
-    text = urllib.request.urlopen(metrics_url + "/metrics", timeout=5).read().decode()
-    return dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+def series(metrics_url, want=None):
+    """The tap's series {name{labels}: value}. The tap counts a request after its answer went out, so with `want`
+    ({series: value}) they are read again, up to 10 s, until each has its value (on a loaded machine the first read
+    came before the count)."""
+    deadline = time.time() + 10
+    while True:
+        text = urllib.request.urlopen(metrics_url + "/metrics", timeout=5).read().decode()
+        got = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+        if not want or all(got.get(k) == v for k, v in want.items()) or time.time() > deadline:
+            return got
+        time.sleep(0.1)
 
 
 def test_tokens_per_client_from_plain_answers_and_streams(tapped):
@@ -64,7 +73,8 @@ def test_tokens_per_client_from_plain_answers_and_streams(tapped):
     assert not events[-1]["choices"] and streamed["completion_tokens"] > 0  # bob asked: he gets it
     # no header a client sends keeps its request from being counted (Caddy sets X-LLM-Client from the key)
     post(url, chat("not counted?"), client="alice", **{"X-Kimi-Probe": "1", "X-Usage": "none"})
-    got = series(metrics)
+    got = series(metrics, {'kimi_usage_requests_total{client="alice",code="200"}': "2",
+                           'kimi_usage_requests_total{client="bob",code="200"}': "2"})
     assert got['kimi_usage_requests_total{client="alice",code="200"}'] == "2"
     assert got['kimi_usage_requests_total{client="bob",code="200"}'] == "2"
     assert int(got['kimi_usage_prompt_tokens_total{client="alice"}']) > plain["usage"]["prompt_tokens"]
@@ -79,7 +89,8 @@ def test_an_error_and_a_name_that_is_not_a_key_name(tapped):
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=10)
     assert refused.value.code == 400
-    assert series(metrics)['kimi_usage_requests_total{client="unknown",code="400"}'] == "1"
+    key = 'kimi_usage_requests_total{client="unknown",code="400"}'
+    assert series(metrics, {key: "1"}).get(key) == "1"
     # what is not an API call passes through uncounted
     assert urllib.request.urlopen(url + "/health", timeout=5).status == 200
 
@@ -88,7 +99,6 @@ def test_a_router_that_restarts_is_waited_for_and_one_that_stays_down_is_a_502(s
     """Connections the router refuses are retried for --retry-seconds (the router restarts when its workers change);
     after that the client gets a 502, counted under its name."""
     import threading
-    import time
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Router(BaseHTTPRequestHandler):
@@ -119,7 +129,8 @@ def test_a_router_that_restarts_is_waited_for_and_one_that_stays_down_is_a_502(s
         started = time.time()
         status, _text = post("http://" + listen, chat("wait for me"), client="carol")
         assert status == 200 and time.time() - started >= 0.9
-        assert series("http://" + metrics)['kimi_usage_prompt_tokens_total{client="carol"}'] == "4"
+        key = 'kimi_usage_prompt_tokens_total{client="carol"}'
+        assert series("http://" + metrics, {key: "4"}).get(key) == "4"
         routers[0].shutdown()
         routers[0].server_close()
         down = tap.serve("127.0.0.1:%d" % free_port(), "127.0.0.1:%d" % router_port, "127.0.0.1:%d" % free_port(),
@@ -128,13 +139,8 @@ def test_a_router_that_restarts_is_waited_for_and_one_that_stays_down_is_a_502(s
         with pytest.raises(urllib.error.HTTPError) as refused:
             post("http://%s:%d" % down[0].server_address, chat("nobody home"), client="carol")
         assert refused.value.code == 502
-        # the tap may count after its answer went out: read the series until it is there (on a loaded machine the
-        # first read came before the count)
-        key, deadline = 'kimi_usage_requests_total{client="carol",code="502"}', time.time() + 10
-        got = series("http://%s:%d" % down[1].server_address)
-        while key not in got and time.time() < deadline:
-            time.sleep(0.1)
-            got = series("http://%s:%d" % down[1].server_address)
+        key = 'kimi_usage_requests_total{client="carol",code="502"}'
+        got = series("http://%s:%d" % down[1].server_address, {key: "1"})
         assert got.get(key) == "1", got
     finally:
         timer.cancel()
