@@ -16,7 +16,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # ansible-lint 234 s -> 163 s on a cold cache).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup demo-setup demo demo-plan demo-bench bench-client router-client docs-venv docs ee demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch clean engine-flags engine-metrics site-specs readme probes-from-vendor
+.PHONY: help setup demo-setup demo demo-plan demo-bench bench-client router-client docs-venv docs ee demo-clean lint sanity unit test plan build bench bench-proxy bench-converge bench-fleet bench-switch bench-gateway clean engine-flags engine-metrics site-specs readme probes-from-vendor
 
 help:  ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -80,7 +80,7 @@ ee: setup  ## The AWX/Automation Platform execution environment's build context 
 	$(BIN)/ansible-builder create -f execution-environment.yml --context build/ee/context --output-filename Containerfile
 	@echo "ee: build/ee/context (then: ansible-builder build -f execution-environment.yml -t kimi-deploy-ee:0.1.0)"
 
-router-client: .venv-router/.stamp  ## The PD routers (sglang-router, vllm-router, pinned in requirements-router.txt) in .venv-router, for the tests
+router-client: .venv-router/.stamp  ## The routers (SMG, vllm-router, pinned in requirements-router.txt) in .venv-router, for the tests
 
 .venv-router/.stamp: requirements-router.txt
 	@test -n "$(PYTHON)" || { echo "Python 3.12 not found: set PYTHON=/path/to/python3.12" >&2; exit 1; }
@@ -130,6 +130,9 @@ bench-fleet: setup  ## Fleet weights: N hosts from the hub vs with peers, and a 
 bench-switch: setup  ## Switch window, stop to first answer, shards cold vs warm in the page cache (engine double)
 	$(BIN)/python bench/switch_window.py $(ARGS)
 
+bench-gateway: bench-client  ## Fleet endpoint's token path: events/s, added delay, CPU per 1000 tokens of Caddy, usage tap, SMG (ARGS="--duration 4")
+	.venv-bench/bin/python bench/gateway.py $(ARGS)
+
 bench-converge: setup  ## Converge benchmark: first, no-op and switch runs of site.yml, 1 host vs a fleet (HOSTS=8; ARGS=--only 1)
 	$(BIN)/python bench/converge.py --hosts $(or $(HOSTS),8) $(ARGS)
 
@@ -146,7 +149,7 @@ probes-from-vendor:  ## Convert the vendor verifier's JSONL test set into a prob
 readme:  ## Rewrite the README's support matrix from the engine data (tools/support_matrix.py; a unit test compares them)
 	$(or $(wildcard $(BIN)/python),$(PYTHON)) tools/support_matrix.py --write
 
-engine-flags:  ## Flag list of a released engine (PyPI wheel, or ARGS="--source DIR ...") + its module (ENGINE=vllm|sglang|trtllm|sglang-router|vllm-router VERSION=x.y.z)
+engine-flags:  ## Flag list of a released engine (PyPI wheel, or ARGS="--source DIR ...") + its module (ENGINE=vllm|sglang|trtllm|smg|vllm-router VERSION=x.y.z)
 	@test -n "$(ENGINE)" -a -n "$(VERSION)" || { echo "usage: make engine-flags ENGINE=vllm VERSION=0.33.0 [ARGS=...]" >&2; exit 1; }
 	$(or $(wildcard $(BIN)/python),$(PYTHON)) tools/engine_flags.py --engine $(ENGINE) --version $(VERSION) $(ARGS)
 	$(or $(wildcard $(BIN)/python),$(PYTHON)) tools/gen_flag_modules.py

@@ -5,8 +5,8 @@ Usage::
     python3 tools/engine_flags.py --engine vllm --version 0.33.0
     python3 tools/engine_flags.py --engine sglang --version 0.5.23 --out-dir /tmp/flags
     python3 tools/engine_flags.py --engine trtllm --version 1.2.1 [--wheel PATH]
-    python3 tools/engine_flags.py --engine sglang-router --version 0.3.2
     python3 tools/engine_flags.py --engine vllm-router --version 0.1.17
+    python3 tools/engine_flags.py --engine smg --version 1.13.0
     python3 tools/engine_flags.py --engine trtllm --version 1.2.1 --source DIR \\
         --source-repo NVIDIA/TensorRT-LLM --source-tag v1.2.1 --source-commit SHA
     python3 tools/engine_flags.py --engine vllm --version 0.22.1 --out-dir /tmp/f \\
@@ -42,13 +42,13 @@ Method per engine:
   time (the child restarts after each), as vLLM's own docs build does. The
   parser's ``_actions`` are dumped (options, short options, choices, nargs,
   dest, action class, the value's ``type``).
-* sglang-router, vllm-router (the PD routers, argparse): the same, with
+* smg, vllm-router (the routers, argparse): the same, with
   ``RouterArgs.add_cli_args(argparse.ArgumentParser(), use_router_prefix=False)``
   of ``<package>/router_args.py`` (what ``launch_router.parse_router_args``
   builds). The helper venv gets no packages (``helper_packages``): the parser
-  code needs only the standard library, and sglang-router's compiled
-  ``sglang_router_rs`` (``native``), stubbed ahead of the wheel's empty marker
-  file of it. Choices computed by a stubbed module (sglang-router's
+  code needs only the standard library, and smg's compiled ``smg_rs``
+  (``native``), stubbed ahead of the wheel's empty marker file of it.
+  Choices computed by a stubbed module (smg's
   ``--tool-call-parser``) are unknown: ``choices`` is null and
   ``choices_from`` names the stubbed call.
 * trtllm (click + pydantic): static only (``ast``), no import: the click
@@ -111,15 +111,14 @@ ENGINES = {
         "package": "tensorrt-llm",
         "module": "tensorrt_llm",
     },
-    "sglang-router": {
-        "package": "sglang-router",
-        "module": "sglang_router",
-        "entrypoint": "python3 -m sglang_router.launch_router [options]  or  sglang-router launch "
-                      "[options]  (console scripts sglang-router, smg, amg -> sglang_router.cli:main; "
-                      "both -> sglang_router.launch_router.parse_router_args)",
+    "smg": {
+        "package": "smg",
+        "module": "smg",
+        "entrypoint": "smg launch [options]  or  python3 -m smg.launch_router [options]  (console script smg -> "
+                      "smg.cli:main; both -> smg.launch_router.parse_router_args)",
         "builder": "RouterArgs.add_cli_args(argparse.ArgumentParser(), use_router_prefix=False)",
-        "router_args": "sglang_router.router_args",
-        "native": ["sglang_router.sglang_router_rs"],  # compiled, imported by router_args
+        "router_args": "smg.router_args",
+        "native": ["smg.smg_rs"],  # compiled, imported by router_args (the parser lists come from it)
         "helper_packages": [],
     },
     "vllm-router": {
@@ -176,7 +175,7 @@ ROUTER_BEHAVIOUR = {
     "prefill_format": "--prefill URL [BOOTSTRAP_PORT] (nargs '+'; BOOTSTRAP_PORT is a port number "
                       "or 'none', omitted = none); --decode URL (nargs 1)",
 }
-PARSER_BEHAVIOUR["sglang-router"] = PARSER_BEHAVIOUR["vllm-router"] = ROUTER_BEHAVIOUR
+PARSER_BEHAVIOUR["vllm-router"] = PARSER_BEHAVIOUR["smg"] = ROUTER_BEHAVIOUR
 
 # Names an engine checks after argparse (the option itself takes any string),
 # recorded as the option's `valid_values`. option -> (module, expr[, unless]):

@@ -44,7 +44,7 @@ Method:
   ``<name>_total`` and ``<name>_created``; a histogram ``_bucket``, ``_count``, ``_sum``, ``_created``; a summary
   ``_count``, ``_sum``, ``_created``; an info ``<name>_info``; a gauge and an enum their name. ``_created`` is absent in
   multiprocess mode (SGLang, TensorRT-LLM, vLLM with several API servers); it is listed all the same.
-* Routers (sglang-router, vllm-router: Rust, compiled into ``sglang_router_rs``/``vllm_router_rs``): the names are
+* Routers (smg, vllm-router: Rust, compiled into ``smg_rs``/``vllm_router_rs``): the names are
   read from the binary's string table. Rust stores its literals back to back without terminators, so a name is
   recorded only where its end is certain: the metrics crate's ``describe_*!(name, description)`` puts the
   description, which starts with a capital, right after the name (``description_run``: the text there, which may run
@@ -98,8 +98,7 @@ ENGINES = {
                "unavailable_why": "TensorRT-LLM's wheels are on NVIDIA's own package index, which this project's "
                                   "machines cannot reach; PyPI holds only source distributions of tensorrt-llm (no "
                                   "wheel for any platform), and none of this version"},
-    "sglang-router": {"package": "sglang-router", "module": "sglang_router", "reader": "binary", "prefix": "smg_",
-                      "binary": "sglang_router/sglang_router_rs"},
+    "smg": {"package": "smg", "module": "smg", "reader": "binary", "prefix": "smg_", "binary": "smg/smg_rs"},
     "vllm-router": {"package": "vllm-router", "module": "vllm_router", "reader": "binary", "prefix": "vllm_router_",
                     "binary": "vllm_router_rs"},
 }
@@ -595,6 +594,9 @@ def _merge(old: dict, new: dict):
 # --------------------------------------------------------------------------- routers: the binary's string table
 
 
+RUST_PATH = re.compile(rb"[a-z][0-9]+(?:[a-z_]|$)")
+
+
 def read_binary(wheel: Path, member_stem: str, prefix: str) -> tuple[dict, list, str]:
     """(metrics, unresolved runs, the member read) of a router's compiled module."""
     with zipfile.ZipFile(wheel) as archive:
@@ -606,6 +608,10 @@ def read_binary(wheel: Path, member_stem: str, prefix: str) -> tuple[dict, list,
         pieces = match.group().split(pre)
         for index, rest in enumerate(pieces[1:], start=1):
             if not rest or rest[:1].isdigit() or rest.startswith(b"rs"):  # Rust symbols: vllm_router_rs10middleware...
+                continue
+            # a Rust path in a mangled symbol: a crate named with the prefix, then length-prefixed segments
+            # (smg's crates smg_auth, smg_mesh, ...: _8smg_auth10middleware10check_role), not a series name
+            if RUST_PATH.search(rest):
                 continue
             name = (pre + rest).decode()
             last = index == len(pieces) - 1

@@ -69,7 +69,7 @@ def flag_modules(module_dir=MODULE_DIR):
 
 
 def module_path(engine, version, module_dir=MODULE_DIR):
-    """<engine>_<version>.py, a Python identifier: sglang-router 0.3.2 -> sglang_router_0_3_2.py."""
+    """<engine>_<version>.py, a Python identifier: vllm-router 0.1.17 -> vllm_router_0_1_17.py."""
     name = "%s_%s.py" % tuple(re.sub(r"[^0-9A-Za-z]", "_", part) for part in (engine, version))
     return os.path.join(module_dir, name)
 

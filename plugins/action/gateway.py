@@ -44,6 +44,9 @@ class ActionModule(ActionBase):
         for key, variable in SETTINGS.items():
             found = get(me, variable)
             settings[key] = role_default("kimi_gateway", variable) if found is _site.MISSING else found
+        # caddy_proxy's client entries on this host: their names, priority classes and limits (never their keys)
+        clients = get(me, "caddy_proxy_clients")
+        settings["clients"] = None if clients is _site.MISSING else clients
         try:
             if args.get("plan_fleet"):
                 # the table's rule for kimi_fleet_plan, its one owner

@@ -16,6 +16,8 @@ description:
     renders the file the Caddyfile imports.
   - "A client is C({name, keys}): the name matches C(^[a-z0-9_-]+$) in full (it is what the access log and the
     C(X-LLM-Client) upstream header show), and it has one or two keys (two while it rotates)."
+  - "It may also carry C(priority) (C(interactive) or C(batch)) and C(limits) (C(requests_per_minute),
+    C(tokens_per_minute), C(concurrent): whole numbers of at least 1), which the fleet gateway enforces per client name."
   - A key has at least 32 characters from C([A-Za-z0-9._~+/=-]); it can then be written inside a quoted Caddyfile
     token without escaping, and holds no C({placeholder}). An empty or short key would be an open door (an empty
     C(Authorization) header matches an empty key).
@@ -62,7 +64,7 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description:
-    - "C(caddy_clients): C({clients: [{name, keys}], metrics_keys: [...], legacy: bool})."
+    - "C(caddy_clients): C({clients: [{name, keys, priority, limits}], metrics_keys: [...], legacy: bool})."
     - C(caddy_key_map) returns the text of the imported Caddyfile snippet.
     - C(caddy_key) returns the key it checked.
   type: raw
@@ -72,6 +74,7 @@ import hashlib
 import re
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.kimi.deploy.plugins.module_utils._clients import client_policy
 
 NAME_RE = re.compile(r"[a-z0-9_-]+")
 KEY_RE = re.compile(r"[A-Za-z0-9._~+/=-]{32,}")
@@ -131,9 +134,11 @@ def caddy_clients(clients, legacy_keys=None, metrics_keys=None, published_digest
     owner = {}
     for index, client in enumerate(clients):
         where = "caddy_proxy_api_keys" if legacy else "caddy_proxy_clients[%d]" % index
-        if not isinstance(client, dict) or set(client) != {"name", "keys"}:
-            raise _err("%s must be a dict with exactly the keys name and keys, got %s"
-                       % (where, sorted(client) if isinstance(client, dict) else _kind(client)))
+        if not isinstance(client, dict):
+            raise _err("%s must be a dict with the keys name and keys, got %s" % (where, _kind(client)))
+        policy, refused = client_policy(client, where)
+        if refused:
+            raise _err(refused)
         name = client["name"]
         if not isinstance(name, str) or NAME_RE.fullmatch(name) is None:
             raise _err("%s.name=%r is not allowed: a client name matches ^[a-z0-9_-]+$ (the access log and the "
@@ -148,7 +153,7 @@ def caddy_clients(clients, legacy_keys=None, metrics_keys=None, published_digest
                 raise _err("client %s key %d is also %s: a key belongs to one client, so the log names who used it"
                            % (name, position + 1, owner[key]))
             owner[key] = "client %s key %d" % (name, position + 1)
-        normalized.append({"name": name, "keys": keys})
+        normalized.append(dict(policy, name=name, keys=keys))
 
     metrics = _keys(metrics_keys or [], "caddy_proxy_metrics_keys")
     for position, key in enumerate(metrics):

@@ -61,7 +61,7 @@ from test_dashboard import dashboard_metric_names, promql_metric_names, scraped_
 
 # Series prefix -> the engine (or router) whose releases define it. Engine families: a registry build's `name`
 # (vLLM-Ascend and SGLang-Ascend are vllm and sglang builds).
-PREFIXES = (("vllm_router_", "vllm-router"), ("smg_", "sglang-router"), ("vllm:", "vllm"), ("sglang:", "sglang"),
+PREFIXES = (("vllm_router_", "vllm-router"), ("smg_", "smg"), ("vllm:", "vllm"), ("sglang:", "sglang"),
             ("trtllm_", "trtllm"))
 # Labels Prometheus puts on every series it scrapes (kimi_monitoring's targets: prometheus_scrape's instance and
 # replica, the job), and a histogram bucket's bound: never the release's to define.
@@ -90,7 +90,7 @@ def pinned():
 
 def releases_of(engine):
     """The release ids of every pinned release that serves `engine`'s series ("vllm" -> vllm's and vLLM-Ascend's)."""
-    if engine in ("sglang-router", "vllm-router"):
+    if engine in ("smg", "vllm-router"):
         return ["%s-%s" % (key, router["version"]) for key, router in ROUTERS.items() if key == engine]
     out = []
     for key, spec in ENGINES.items():
@@ -463,14 +463,14 @@ def test_a_wrong_double_name_or_label_is_found():
 
 def test_a_router_series_the_release_lacks_is_found():
     routers = copy.deepcopy(ROUTERS)
-    routers["sglang-router"]["worker_outcomes"] = "sgl_router_cb_outcomes_total"
+    routers["smg"]["worker_outcomes"] = "sgl_router_cb_outcomes_total"
     routers["vllm-router"]["worker_outcomes"] = "vllm_router_worker_outcomes_total"
     problems = check_release_names(declared_uses(routers=routers)[0])
     assert "vllm_router_worker_outcomes_total (_engines/routers.py vllm-router worker_outcomes): not a series of " \
            "vllm-router-0.1.17" in problems
     # sgl_router_ is no router's prefix: such a name is the collection's own, and no writer declares it
     assert check_own_names(declared_uses(routers=routers)[0]) == [
-        "sgl_router_cb_outcomes_total (_engines/routers.py sglang-router worker_outcomes): not in "
+        "sgl_router_cb_outcomes_total (_engines/routers.py smg worker_outcomes): not in "
         "make_scraped_series.py's exporter lists"]
 
 
@@ -479,7 +479,7 @@ def test_each_read_release_knows_its_engines_core_series(release):
     """A reader that lost a file (a moved module, a new way of making metrics) shows here as an empty release."""
     engine = RELEASES[release]["engine"]
     core = {"vllm": "vllm:num_requests_running", "vllm-ascend": "vllm:num_requests_running",
-            "sglang": "sglang:num_running_reqs", "sglang-router": "smg_worker_health",
+            "sglang": "sglang:num_running_reqs", "smg": "smg_worker_health",
             "vllm-router": "vllm_router_worker_health"}[engine]
     assert core in exposed(release)
 

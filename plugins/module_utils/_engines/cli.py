@@ -22,9 +22,10 @@ from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import c
 from ansible_collections.kimi.deploy.plugins.module_utils._model.validate import full_match
 
 # Options that carry a credential (the engines' and routers' flag lists: vLLM --api-key/--hf-token, SGLang
-# --api-key/--admin-api-key/--ssl-keyfile-password, sglang-router --api-key/--control-plane-api-keys/--oracle-password,
-# vllm-router --api-key): a value there would be in the process's argv (`ps`), the args file and the plan. Refused in
-# every spelling, naming what holds that secret instead.
+# --api-key/--admin-api-key/--ssl-keyfile-password, SMG --api-key/--control-plane-api-keys/--tenant-api-key/
+# --oracle-password/--postgres-db-url/--redis-url (the database URLs carry their password), vllm-router --api-key): a
+# value there would be in the process's argv (`ps`), the args file and the plan. Refused in every spelling, naming what
+# holds that secret instead.
 SECRET_DESTS = {
     "api_key": "clients authenticate at Caddy with their own keys (caddy_proxy_clients); the engine and the router "
                "listen on loopback only",
@@ -34,6 +35,10 @@ SECRET_DESTS = {
     "ssl_keyfile_password": "Caddy terminates TLS (caddy_proxy); the engine serves plain HTTP on loopback",
     "control_plane_api_keys": "the router's control plane is not exposed; Caddy fronts the router",
     "oracle_password": "the router's history backend is not used by kimi.deploy",
+    "postgres_db_url": "the router's history backend is not used by kimi.deploy",
+    "redis_url": "the router's history backend is not used by kimi.deploy",
+    "tenant_api_key": "clients authenticate at Caddy with their own keys (caddy_proxy_clients), which passes on only "
+                       "their names",
 }
 # Options that have the engine or router read options from a file that kimi.deploy never reads: what that file holds
 # would pass every check below unseen (managed flags, credentials, types, choices, unknown options). By the flag list's
@@ -51,7 +56,7 @@ SECRET_DESTS = {
 # - trtllm-serve disaggregated -c/--config_file: "Specific option for disaggregated mode." (parse_disagg_config_file:
 #   the server's host, port and workers); the collection writes it from kimi_pd (routers.ROUTERS).
 # The flag lists' sources record the first three (tests/fixtures/engine_flags/*.json, parser_behaviour: config_file,
-# config_option); sglang-router 0.3.2 and vllm-router 0.1.17 have no such option. test_extra_args_config compares.
+# config_option); SMG 1.13.0 and vllm-router 0.1.17 have no such option. test_extra_args_config compares.
 # dest -> (what the file holds, where its options go instead). {extra} is the extra-args variable refused.
 INSTEAD = "each option in {extra} itself, where it is checked"
 OPTION_FILES = {

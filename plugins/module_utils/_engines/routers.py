@@ -1,13 +1,13 @@
 # -*- coding: utf-8 -*-
 # Copyright: kimi.deploy contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""The engines' own routers, as data, and their command lines: in front of a prefill/decode deployment, and as the
-fleet gateway in front of aggregated instances (regular mode). Private to kimi.deploy.
+"""The routers, as data, and their command lines: in front of a prefill/decode deployment, and as the fleet gateway in
+front of aggregated instances (regular mode). Private to kimi.deploy.
 
 A router is pinned like an engine release: a version with the flag list generated from its released package
 (tools/engine_flags.py, as the engines'), and every option the collection emits is checked against that list, as are
 kimi_pd_router_extra_args (read the way the router's parser reads them). install: "venv" (the pinned wheel in a
-virtualenv on the router host: sglang-router and vllm-router are Rust routers shipped as PyPI wheels) or "image" (the
+virtualenv on the router host: SMG and vllm-router are Rust routers shipped as PyPI wheels) or "image" (the
 engine image's own router: trtllm-serve disaggregated). metrics: "own-port" (a Prometheus listener of its own) or
 "same-port" (on the router's port).
 """
@@ -18,7 +18,7 @@ __metaclass__ = type
 
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.cli import check_extra, option_index
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import Arg
-from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.sglang_router_0_3_2 import OPTIONS as SGLANG_ROUTER
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.smg_1_13_0 import OPTIONS as SMG
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.vllm_router_0_1_17 import OPTIONS as VLLM_ROUTER
 from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError
 
@@ -45,20 +45,22 @@ TRTLLM_DISAGGREGATED = {
 }
 
 ROUTERS = {
-    "sglang-router": {
-        "title": "sglang-router",
-        "package": "sglang-router",
-        "version": "0.3.2",
-        "options": SGLANG_ROUTER,
-        "entrypoint": ("python3", "-m", "sglang_router.launch_router"),
+    # SMG (Shepherd Model Gateway, the `smg` wheel): sglang-router's successor (0.3.2, January 2026, was its last
+    # release), engine-agnostic; the fleet gateway for every engine, and SGLang's prefill/decode router.
+    "smg": {
+        # each worker's request outcomes as its circuit breaker counts them ({worker, outcome="success"|"failure"}),
+        # read from the released package's /metrics; a failure counts before the router retries elsewhere
+        "title": "SMG",
+        "package": "smg",
+        "version": "1.13.0",
+        "options": SMG,
+        "entrypoint": ("smg", "launch"),
         "install": "venv",
         "metrics": "own-port",
         "metrics_path": "/metrics",
         "health_path": "/health",
         "serves": ("sglang", "vllm", "trtllm", "sglang-ascend", "vllm-ascend"),
         "workers_api": {"list": "/workers", "add": "/workers", "remove_by": "id"},
-        # each worker's request outcomes as its circuit breaker counts them ({worker, outcome="success"|"failure"}),
-        # read from the released package's /metrics; a failure counts before the router retries elsewhere
         "worker_outcomes": "smg_worker_cb_outcomes_total",
     },
     "vllm-router": {
@@ -95,7 +97,9 @@ def _instances(pd, role):
     return [i for i in pd["instances"] if i["role"] == role]
 
 
-def _sglang_router(pd, deployment):
+def _smg_sglang(pd, deployment):
+    """SMG in front of SGLang's prefill/decode: each prefill with its bootstrap port (the same syntax sglang-router
+    0.3.2 had)."""
     argv = ["--pd-disaggregation"]
     for instance in _instances(pd, "prefill"):
         argv += ["--prefill", instance["url"], str(pd["bootstrap_port"])]
@@ -123,7 +127,7 @@ def _trtllm_disaggregated(pd, deployment):
     return ["--config_file", ROUTERS["trtllm-disaggregated"]["config_path"]], config
 
 
-BUILDERS = {"sglang-router": _sglang_router, "vllm-router": _vllm_router, "trtllm-disaggregated": _trtllm_disaggregated}
+BUILDERS = {"smg": _smg_sglang, "vllm-router": _vllm_router, "trtllm-disaggregated": _trtllm_disaggregated}
 # Options every venv router takes the same way: the API on loopback (Caddy fronts it), its Prometheus text on loopback.
 LISTEN = {"venv": lambda r: ["--host", "127.0.0.1", "--port", str(r["port"]), "--prometheus-host", "127.0.0.1",
                              "--prometheus-port", str(r["metrics_port"])],
@@ -145,10 +149,11 @@ def router_argv(name, pd, deployment, extra):
     return checked_argv(name, argv, extra, OWNERS, "pd_members", "kimi_pd", "pd_router_extra_args"), config
 
 
-def checked_argv(name, argv, extra, owners, workers_field, what, extra_field):
+def checked_argv(name, argv, extra, owners, workers_field, what, extra_field, reserved=()):
     """`argv` (what the collection passes the router `name`) with the user's `extra` (the variable `extra_field`)
     appended: every option the collection passes must exist in the pinned router's flag list, and an option of
-    `extra` that the collection manages is refused naming its owner (`owners`, else `workers_field`)."""
+    `extra` that the collection manages is refused naming its owner (`owners`, else `workers_field`); `reserved`
+    options are the collection's even when this argv leaves them out."""
     router = ROUTERS[name]
     table = router["options"]
     index = option_index(table)
@@ -161,4 +166,6 @@ def checked_argv(name, argv, extra, owners, workers_field, what, extra_field):
                                       "(its flag list: plugins/module_utils/_engines/flags/*); that version needs its own "
                                       "router data (plugins/module_utils/_engines/routers.py)" % (what, element, label))
             managed[index[element][0]] = Arg(element, owners.get(element, workers_field))
+    for element in reserved:
+        managed.setdefault(index[element][0], Arg(element, owners.get(element, workers_field)))
     return argv + check_extra(table, label, managed, extra, field=extra_field)

@@ -166,7 +166,7 @@ ENGINE = {
     # Prefill/decode disaggregation (seed 001's flags; SGLang's docs): Mooncake over RDMA, else NIXL, whose UCX
     # transport falls back to TCP (0.5.12.post1 has no TCP Mooncake backend; mooncake_tcp comes in 0.5.13).
     "disaggregation": {
-        "router": "sglang-router",
+        "router": "smg",
         "bootstrap": True,
         "rdma": "mooncake",
         "tcp": "nixl",

@@ -92,7 +92,7 @@ ENGINE = {
     # Prefill/decode disaggregation (seed 001: --disaggregation-mode prefill|decode --disaggregation-transfer-backend
     # ascend): the NPUs move the KV cache over their own RoCE ports, so no host RDMA device is needed.
     "disaggregation": {
-        "router": "sglang-router",
+        "router": "smg",
         "bootstrap": True,
         "rdma": "ascend",
         "tcp": "ascend",

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kimi.deploy contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""The fleet gateway: one endpoint for every serving instance of the fleet, the engines' own router in regular mode on
+"""The fleet gateway: one endpoint for every serving instance of the fleet, a router (SMG) in regular mode on
 the hosts of the group kimi_gateways, with Caddy in front (the same client keys and TLS as a serving host). Private to
 kimi.deploy.
 
@@ -18,16 +18,16 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.kimi.deploy.plugins.module_utils._clients import client_policy
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import ENGINES
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.routers import ROUTERS, checked_argv
 from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError, check_int, check_text, fail, is_unset
 from ansible_collections.kimi.deploy.plugins.module_utils._model.metrics_routes import routes
 from ansible_collections.kimi.deploy.plugins.module_utils._model.report import shell_line
 
-# The engine whose own router fronts a fleet of that engine alone; any other fleet (another engine, or a mix during a
-# switch of engines) gets the first router whose `serves` has every instance's build.
-OWN_ROUTER = {"sglang": "sglang-router", "vllm": "vllm-router"}
-GATEWAY_ROUTERS = ("sglang-router", "vllm-router")
+# The routers a gateway may run, the default first: SMG serves every engine build (its regular mode proxies the
+# OpenAI API), cache-aware across a mixed fleet mid-switch; vllm-router serves vLLM builds only.
+GATEWAY_ROUTERS = ("smg", "vllm-router")
 DURATION_RE = re.compile(r"[0-9]+(ms|s|m)")
 
 
@@ -43,6 +43,18 @@ OWNERS = {"--port": "kimi_gateway_port", "--prometheus-port": "kimi_gateway_metr
           "--prometheus-host": None, "--policy": "kimi_gateway_policy",
           "--health-check-interval-secs": "kimi_gateway_health_interval",
           "--health-failure-threshold": "kimi_gateway_health_failures"}
+# Per client key name (caddy_proxy_clients' priority and limits): Caddy sets the name in X-LLM-Client (replacing what a
+# client sent), the usage tap enforces the limits and sets SMG's priority header, SMG admits by class. SMG's own
+# per-tenant rate limiter applies to gRPC workers only (rate_limit/ is wired into routers/grpc alone), so the tap, which
+# reads every answer's usage anyway, holds the limits.
+CLIENT_HEADER = "X-LLM-Client"
+PRIORITY_CLASS = {"interactive": "interactive", "batch": "bulk"}  # a client's priority -> SMG's scheduler class
+CONFIG_DIR = "/etc/kimi-k26-gateway"
+PRIORITY_CONFIG = CONFIG_DIR + "/priority.yaml"
+CLIENTS_CONFIG = CONFIG_DIR + "/clients.json"
+TENANT_OPTIONS = ("--trust-tenant-header", "--tenant-header-name", "--priority-scheduler-enabled",
+                  "--priority-scheduler-config")
+OWNERS.update((option, "caddy_proxy_clients") for option in TENANT_OPTIONS)
 WHY_POLICY = {
     "cache_aware": "cache_aware: the router keeps a radix tree of the prompts each instance has seen and sends a "
                    "request to the instance that holds the longest prefix of it (long agentic sessions reuse their "
@@ -71,7 +83,6 @@ def resolve_gateway(host, instances, settings, warnings=None):
                  "%s is part of the disaggregated deployment %s, which its own router fronts; a gateway in front of a "
                  "prefill/decode router is not supported" % (instance["host"], instance["deployment"]["pd"]["name"]))
     builds = sorted(set(i["deployment"]["engine_build"] for i in instances))
-    engines = sorted(set(i["deployment"]["engine"] for i in instances))
     names = sorted(set(i["deployment"]["served_model_name"] for i in instances))
     if len(names) > 1:
         serving = ["%s on %s" % (name, ", ".join(i["host"] for i in instances
@@ -80,15 +91,11 @@ def resolve_gateway(host, instances, settings, warnings=None):
              "the gateway routes one model; its instances serve %s" % ", ".join(serving))
     name = settings.get("router")
     if is_unset(name):
-        own = OWN_ROUTER.get(engines[0]) if len(engines) == 1 and len(builds) == 1 else None
-        name = own if own and builds[0] in ROUTERS[own]["serves"] else next(
-            (r for r in GATEWAY_ROUTERS if all(b in ROUTERS[r]["serves"] for b in builds)), None)
+        name = next((r for r in GATEWAY_ROUTERS if all(b in ROUTERS[r]["serves"] for b in builds)), None)
         if name is None:
             raise DeploymentError("kimi_gateways: no router serves every engine of this fleet (%s)" % ", ".join(builds))
-        why = ("%s, the %s fleet's own router" % (name, engines[0]) if name == own else
-               "%s: its regular mode proxies the OpenAI API of every engine here (%s)%s"
-               % (name, ", ".join(builds), "; the fleet runs more than one engine" if len(builds) > 1 else
-                  "; the engine has no router of its own"))
+        why = ("%s %s: the maintained gateway for every engine (its regular mode proxies the OpenAI API of each: %s)"
+               % (ROUTERS[name]["title"], ROUTERS[name]["version"], ", ".join(builds)))
     else:
         if name not in GATEWAY_ROUTERS:
             fail("kimi_gateway_router", name, GATEWAY_ROUTERS)
@@ -133,8 +140,16 @@ def resolve_gateway(host, instances, settings, warnings=None):
     argv = (["--worker-urls"] + [w["url"] for w in workers] + ["--policy", policy, "--host", "127.0.0.1", "--port",
             str(port), "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port),
             "--health-check-interval-secs", str(interval), "--health-failure-threshold", str(failures)])
+    tenants = _tenants(settings.get("clients"))
+    priority = None
+    if name == "smg":
+        # the tenant is the key's name (the scheduler's per-tenant series name it); a priority class per key
+        argv += ["--trust-tenant-header", "--tenant-header-name", CLIENT_HEADER]
+        if any(t["priority"] for t in tenants):
+            priority = priority_config(tenants)
+            argv += ["--priority-scheduler-enabled", "--priority-scheduler-config", PRIORITY_CONFIG]
     argv = checked_argv(name, argv, settings.get("extra_args"), OWNERS, "kimi_gateways", "kimi_gateways",
-                        "kimi_gateway_router_extra_args")
+                        "kimi_gateway_router_extra_args", reserved=TENANT_OPTIONS if name == "smg" else ())
     retry = check_text("kimi_gateway_retry", settings.get("retry"), DURATION_RE, ["a duration, e.g. 10s"], None)
     checks = [c for c in instances[0]["deployment"]["verify_checks"]
               if all(c in i["deployment"]["verify_checks"] for i in instances) and c != "speculative"]
@@ -171,6 +186,15 @@ def resolve_gateway(host, instances, settings, warnings=None):
         "config": None,
         "served_model_name": names[0],
         "verify_checks": checks,
+        # what the gateway holds per client key name (never a key): the usage tap's limits, SMG's classes
+        "tenants": tenants,
+        "config_dir": CONFIG_DIR,
+        "priority_config": {"path": PRIORITY_CONFIG, "content": priority},
+        # the usage tap's file: the header it reads the name from, the header it sets the class in, per name
+        "clients_config": {"path": CLIENTS_CONFIG, "content": {
+            "header": CLIENT_HEADER, "priority_header": "x-smg-priority" if name == "smg" else None,
+            "clients": dict((t["name"], {"limits": t["limits"], "priority": PRIORITY_CLASS.get(t["priority"])})
+                            for t in tenants)}},
         "usage_port": usage_port,
         "usage_metrics_port": usage_metrics_port,
         # the usage tap's command (kimi_usage_tap.py, from the role's files): Caddy -> tap -> router
@@ -188,6 +212,35 @@ def resolve_gateway(host, instances, settings, warnings=None):
                                            "caddy": {"upstream": "caddy", "upstream_path": "/metrics"}})},
         "warnings": warnings,
     }
+
+
+def _tenants(clients):
+    """[{name, priority, limits}] of caddy_proxy_clients (the gateway host's), checked by the rule caddy_proxy's
+    filter uses; the keys stay behind."""
+    if is_unset(clients):
+        return []
+    if not isinstance(clients, (list, tuple)):
+        raise DeploymentError("caddy_proxy_clients must be a list of {name, keys}, got %r" % type(clients).__name__)
+    tenants = []
+    for index, client in enumerate(clients):
+        where = "caddy_proxy_clients[%d]" % index
+        if not isinstance(client, dict):
+            raise DeploymentError("%s must be a dict with the keys name and keys" % where)
+        policy, refused = client_policy(client, where)
+        if refused:
+            raise DeploymentError(refused)
+        tenants.append(dict(policy, name=client["name"]))
+    return tenants
+
+
+def priority_config(tenants):
+    """SMG's priority-scheduler YAML (middleware/scheduler/config.rs): each client name's most a request of it may
+    ask (its max_class); the tap sets the class a request asks for. A name without a priority keeps SMG's default."""
+    lines = ["# kimi.deploy: the fleet gateway's priority classes per client key name (SMG's priority scheduler)",
+             "tenant_policies:"]
+    lines += ['  "header:%s": {max_class: %s}' % (t["name"], PRIORITY_CLASS[t["priority"]]) for t in tenants
+              if t["priority"]]
+    return "\n".join(lines) + "\n"
 
 
 def gateway_lines(gateway):

@@ -1,5 +1,6 @@
 """Prefill/decode disaggregation of the engine double (kimi_engine_double/disagg.py): by hand, and behind the real
-routers (sglang-router 0.3.2, vllm-router 0.1.17 from .venv-router, see requirements-router.txt). No Docker needed."""
+routers (SMG 1.13.0 for SGLang, vllm-router 0.1.17 for vLLM, from .venv-router, see requirements-router.txt). No Docker
+needed."""
 import json
 import os
 import socket
@@ -232,8 +233,7 @@ def test_vllm_two_instances_on_one_side_channel_port_fail(start):
 
 
 # ---- behind the real routers (.venv-router) ----------------------------------------------------------------
-ROUTERS = {"sglang": [os.path.join(ROUTER_VENV, "bin", "python"), "-m", "sglang_router.launch_router",
-                      "--pd-disaggregation"],
+ROUTERS = {"sglang": [os.path.join(ROUTER_VENV, "bin", "python"), "-m", "smg.launch_router", "--pd-disaggregation"],
            "vllm": [os.path.join(ROUTER_VENV, "bin", "vllm-router"), "--vllm-pd-disaggregation",
                     "--kv-connector", "nixl"]}
 
@@ -243,8 +243,8 @@ def router_missing(engine):
     if not os.access(exe, os.X_OK):
         return "no %s in %s: create it with `python3.12 -m venv .venv-router && .venv-router/bin/pip install -r " \
                "requirements-router.txt`" % (os.path.basename(exe), ROUTER_VENV)
-    if engine == "sglang" and subprocess.run([exe, "-c", "import sglang_router"], capture_output=True, check=False).returncode:
-        return "sglang-router is not installed in %s (pip install -r requirements-router.txt)" % ROUTER_VENV
+    if engine == "sglang" and subprocess.run([exe, "-c", "import smg"], capture_output=True, check=False).returncode:
+        return "smg is not installed in %s (pip install -r requirements-router.txt)" % ROUTER_VENV
     return None
 
 
@@ -279,22 +279,25 @@ def test_real_router_in_front_of_prefill_and_decode(start, tmp_path, engine):
                                   env=dict(os.environ, HF_HUB_OFFLINE="1", NO_COLOR="1"))
     try:
         url = "http://127.0.0.1:%d" % port
-        for _attempt in range(150):
+        # as kimi_router waits: until /v1/models answers through it (SMG registers its workers after it listens)
+        for _attempt in range(300):
             try:
-                if urllib.request.urlopen(url + "/health", timeout=1).status == 200:
-                    break
-            except (OSError, urllib.error.URLError):
+                with urllib.request.urlopen(url + "/v1/models", timeout=1) as answer:
+                    if answer.status == 200 and json.loads(answer.read()).get("data"):
+                        break
+            except (OSError, ValueError, urllib.error.URLError):
                 pass
             assert router.poll() is None, log.read_text(errors="replace")
             time.sleep(0.1)
         status, text = post_raw(url + "/v1/chat/completions", chat("What is 2+2?"))
         assert status == 200, text + log.read_text(errors="replace")
-        assert json.loads(text)["choices"][0]["message"]["content"] == "4"
+        assert json.loads(text)["choices"][0]["message"]["content"] == "4", text
         status, text = post_raw(url + "/v1/chat/completions", chat("Stream 3+3", stream=True))
         events = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
-        assert status == 200 and events[-1] == "[DONE]", text
-        content = "".join(json.loads(e)["choices"][0]["delta"].get("content") or "" for e in events[:-1])
-        assert content == "6"
+        assert status == 200 and events and events[-1] == "[DONE]", (status, text)
+        chunks = [json.loads(e) for e in events[:-1]]
+        content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+        assert content == "6", text
     finally:
         router.terminate()
         router.wait(10)

@@ -1,5 +1,5 @@
 """The fleet gateway's worker control (plugins/modules/gateway_workers.py) against the REAL routers in regular mode
-(sglang-router 0.3.2 and vllm-router 0.1.17 from .venv-router) in front of two engine doubles: both engines behind
+(SMG 1.13.0 and vllm-router 0.1.17 from .venv-router) in front of two engine doubles: both engines behind
 either router, an instance taken out (the router sends it nothing more) and put back, check mode, a router that does
 not answer; and the canary comparison (plugins/modules/canary_compare.py) on the routers' real per-worker outcomes. No
 Docker needed."""
@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "unit", "plugins", "modules"))
 from module_runner import run_module  # noqa: E402
 
 MODULE = os.path.join(REPO, "plugins", "modules", "gateway_workers.py")
-ROUTERS = {"sglang-router": ([os.path.join(ROUTER_VENV, "bin", "python"), "-m", "sglang_router.launch_router"], "id"),
+ROUTERS = {"smg": ([os.path.join(ROUTER_VENV, "bin", "python"), "-m", "smg.launch_router"], "id"),
            "vllm-router": ([os.path.join(ROUTER_VENV, "bin", "vllm-router")], "url")}
 
 
@@ -38,7 +38,7 @@ def gateway(start, tmp_path):
     routers = []
 
     def _start(router, engine, envs=({}, {})):
-        reason = router_missing("sglang" if router == "sglang-router" else "vllm")
+        reason = router_missing("sglang" if router == "smg" else "vllm")
         if reason:
             pytest.skip(reason)
         doubles = [start(engine, env=env) for env in envs]
@@ -72,7 +72,7 @@ def workers(url, remove_by, urls, state, **extra):
                                     "timeout": 30}, **extra))
 
 
-@pytest.mark.parametrize("router, engine", [("sglang-router", "sglang"), ("sglang-router", "vllm"),
+@pytest.mark.parametrize("router, engine", [("smg", "sglang"), ("smg", "vllm"),
                                             ("vllm-router", "vllm"), ("vllm-router", "sglang")])
 def test_an_instance_taken_out_gets_nothing_and_comes_back(gateway, router, engine):
     url, remove_by, (a, b), _metrics_port = gateway(router, engine)
@@ -115,7 +115,7 @@ def test_a_router_that_does_not_answer_is_skipped_or_fails():
 CANARY = os.path.join(REPO, "plugins", "modules", "canary_compare.py")
 
 
-@pytest.mark.parametrize("router", ["sglang-router", "vllm-router"])
+@pytest.mark.parametrize("router", ["smg", "vllm-router"])
 def test_canary_compare_reads_the_real_routers_outcomes_and_the_engines_series(gateway, router):
     """A canary instance whose engine fails 1 request in 4 behind the real router (round robin, which retries the
     failures elsewhere: clients see none) is rolled back on its error rate; a sound one is promoted."""
@@ -136,7 +136,7 @@ def test_canary_compare_reads_the_real_routers_outcomes_and_the_engines_series(g
         thread = threading.Thread(target=load, daemon=True)
         thread.start()
         params = {"router_metrics_url": "http://127.0.0.1:%d/metrics" % metrics_port,
-                  "worker_outcomes": [DATA[r]["worker_outcomes"] for r in ("sglang-router", "vllm-router")],
+                  "worker_outcomes": [DATA[r]["worker_outcomes"] for r in ("smg", "vllm-router")],
                   "engine_metrics": [SERVING_METRICS], "requests": 12, "minutes": 0.5}
         bad = run_module(CANARY, dict(params, canary=workers[:1], rest=workers[1:]))
         good = run_module(CANARY, dict(params, canary=workers[1:], rest=workers[:1]))

@@ -151,3 +151,186 @@ def test_a_router_that_restarts_is_waited_for_and_one_that_stays_down_is_a_502(s
 def test_the_tap_takes_the_client_names_caddy_proxy_accepts():
     from ansible_collections.kimi.deploy.plugins.filter.caddy_clients import NAME_RE
     assert tap.CLIENT_RE.pattern == NAME_RE.pattern
+
+
+# ---- the asyncio tap's connections: chunked request bodies, clients that leave, router connections reused, many
+# streams at once. A router double of its own: keep-alive, chunked SSE streams (its events, the usage-only event when
+# asked, [DONE]) or a plain JSON answer; it counts the connections it accepted and those that ended.
+class Router:
+    def __init__(self, events=5, pause=0.0):
+        import asyncio
+        import threading
+        self.events, self.pause = events, pause
+        self.accepted = self.ended = 0
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.server = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _start(self):
+        import asyncio
+        return await asyncio.start_server(self.handle, "127.0.0.1", 0, backlog=1024)
+
+    async def handle(self, reader, writer):
+        import asyncio
+        self.accepted += 1
+        try:
+            while True:
+                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
+                length = int(head.split("content-length:", 1)[1].split("\r\n", 1)[0]) if "content-length:" in head \
+                    else 0
+                request = json.loads(await reader.readexactly(length)) if length else {}
+                usage = {"prompt_tokens": 3, "completion_tokens": self.events}
+                if not request.get("stream"):
+                    body = json.dumps({"choices": [{"index": 0, "text": "hi"}], "usage": usage}).encode()
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                                 % (len(body), body))
+                    await writer.drain()
+                    continue
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                             b"Transfer-Encoding: chunked\r\n\r\n")
+                events = [json.dumps({"object": "chat.completion.chunk",
+                                      "choices": [{"index": 0, "delta": {"content": "tok%d" % n}}]})
+                          for n in range(self.events)]
+                if (request.get("stream_options") or {}).get("include_usage"):
+                    events.append(json.dumps({"object": "chat.completion.chunk", "choices": [], "usage": usage}))
+                for event in events + ["[DONE]"]:
+                    data = ("data: %s\n\n" % event).encode()
+                    writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    await writer.drain()
+                    if self.pause:
+                        await asyncio.sleep(self.pause)
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.ended += 1
+            writer.close()
+
+    async def _stop(self):
+        import asyncio
+        self.server.close()
+        handlers = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+
+    def stop(self):
+        import asyncio
+        asyncio.run_coroutine_threadsafe(self._stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+@pytest.fixture
+def router_tap():
+    """(router double, tap url, metrics url); make(events, pause) sets the router up."""
+    made = []
+
+    def make(events=5, pause=0.0):
+        router = Router(events, pause)
+        listen, metrics = "127.0.0.1:%d" % free_port(), "127.0.0.1:%d" % free_port()
+        made.append((router, tap.serve(listen, "127.0.0.1:%d" % router.port, metrics)))
+        return router, "http://" + listen, "http://" + metrics
+
+    yield make
+    for router, servers in made:
+        for server in servers:
+            server.shutdown()
+        router.stop()
+
+
+def raw_request(address, body, stream=True, chunked=False, close=True):
+    """A POST /v1/chat/completions as bytes (its body chunked when asked)."""
+    data = json.dumps(dict(chat("hi", stream=stream), **body)).encode()
+    framing = b"Transfer-Encoding: chunked" if chunked else b"Content-Length: %d" % len(data)
+    if chunked:  # in two chunks, with a chunk extension and a trailer
+        data = b"%x;ext=1\r\n%s\r\n%x\r\n%s\r\n0\r\nX-Trailer: 1\r\n\r\n" % (5, data[:5], len(data) - 5, data[5:])
+    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+            b"X-LLM-Client: dave\r\n%s\r\n%s\r\n%s"
+            % (address.encode(), framing, b"Connection: close\r\n" if close else b"", data))
+
+
+def exchange(url, request, timeout=20):
+    """Sends raw bytes to the tap, reads until it closes: (status, body bytes as sent)."""
+    import socket
+    host, port = url[len("http://"):].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as connection:
+        connection.sendall(request)
+        answer = b""
+        while True:
+            data = connection.recv(65536)
+            if not data:
+                break
+            answer += data
+    head, _sep, body = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+def test_a_chunked_request_body_is_read_and_sent_on(router_tap):
+    router, url, metrics = router_tap()
+    status, body = exchange(url, raw_request(url[7:], {}, stream=False, chunked=True))
+    assert status == 200 and json.loads(body)["usage"]["prompt_tokens"] == 3
+    status, body = exchange(url, raw_request(url[7:], {}, stream=True, chunked=True))
+    assert status == 200 and body.endswith(b"0\r\n\r\n") and b"data: [DONE]" in body and b'"usage"' not in body
+    key = 'kimi_usage_requests_total{client="dave",code="200"}'
+    got = series(metrics, {key: "2", 'kimi_usage_completion_tokens_total{client="dave"}': "10"})
+    assert got[key] == "2" and got['kimi_usage_completion_tokens_total{client="dave"}'] == "10"
+    assert router.accepted == 1  # one router connection for both
+
+
+def test_a_client_that_leaves_mid_stream_lets_its_router_connection_go(router_tap):
+    import socket
+    router, url, metrics = router_tap(events=400, pause=0.01)
+    host, port = url[len("http://"):].rsplit(":", 1)
+    connection = socket.create_connection((host, int(port)), timeout=10)
+    connection.sendall(raw_request(url[7:], {}, close=False))
+    got = b""
+    while got.count(b"data: ") < 3:
+        got += connection.recv(65536)
+    connection.close()  # mid-stream
+    deadline = time.time() + 5
+    while router.ended < 1 and time.time() < deadline:
+        time.sleep(0.05)
+    assert router.ended == 1  # the tap closed that router connection: not read to its end, not pooled
+    status, text = post(url, chat("still there?"), client="dave")
+    assert status == 200 and json.loads(text)["usage"]["prompt_tokens"] == 3
+    assert router.accepted == 2
+    got = series(metrics, {'kimi_usage_requests_total{client="dave",code="200"}': "2"})
+    assert got['kimi_usage_requests_total{client="dave",code="200"}'] == "2"  # the one that left is counted too
+
+
+def test_router_connections_are_reused(router_tap):
+    router, url, _metrics = router_tap()
+    for stream in (False, True, False):
+        status, _text = post(url, chat("again", stream=stream), client="dave")  # a new client connection each
+        assert status == 200
+    assert router.accepted == 1
+
+
+def test_300_streams_at_once(router_tap):
+    import asyncio
+    router, url, metrics = router_tap(events=20, pause=0.001)
+    host, port = url[len("http://"):].rsplit(":", 1)
+    request = raw_request(url[7:], {})
+
+    async def one():
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(request)
+        answer = await reader.read(-1)
+        writer.close()
+        return answer
+
+    async def all_at_once():
+        return await asyncio.gather(*(one() for _n in range(300)))
+
+    answers = asyncio.run(all_at_once())
+    assert all(a.startswith(b"HTTP/1.1 200 ") and a.count(b"data: ") == 21 and a.endswith(b"0\r\n\r\n")
+               for a in answers)
+    key = 'kimi_usage_requests_total{client="dave",code="200"}'
+    got = series(metrics, {key: "300", 'kimi_usage_completion_tokens_total{client="dave"}': "6000"})
+    assert got[key] == "300" and got['kimi_usage_completion_tokens_total{client="dave"}'] == "6000"
+    assert router.accepted <= 300

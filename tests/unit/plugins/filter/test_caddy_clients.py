@@ -24,12 +24,14 @@ def refused(*args, **kwargs):
 
 def test_normalizes_clients_and_metrics_keys():
     checked = caddy_clients([{"name": "alice", "keys": [A]}, {"name": "bob-2_x", "keys": [B1, B2]}], metrics_keys=[M])
-    assert checked == {"clients": [{"name": "alice", "keys": [A]}, {"name": "bob-2_x", "keys": [B1, B2]}],
+    plain = {"priority": None, "limits": {}}
+    assert checked == {"clients": [dict(plain, name="alice", keys=[A]), dict(plain, name="bob-2_x", keys=[B1, B2])],
                        "metrics_keys": [M], "legacy": False}
 
 
 def test_legacy_keys_become_the_default_client():
-    expected = {"clients": [{"name": "default", "keys": [A]}], "metrics_keys": [], "legacy": True}
+    expected = {"clients": [{"name": "default", "keys": [A], "priority": None, "limits": {}}], "metrics_keys": [],
+                "legacy": True}
     assert caddy_clients([], legacy_keys=[A]) == expected
 
 
@@ -77,7 +79,23 @@ def test_a_metrics_key_that_is_a_client_key_is_refused():
 
 def test_duplicate_names_and_extra_fields_are_refused():
     assert "used twice" in refused([{"name": "alice", "keys": [A]}, {"name": "alice", "keys": [B1]}])
-    assert "exactly the keys name and keys" in refused([{"name": "alice", "keys": [A], "rate": 1}])
+    assert "the keys name and keys, and optionally priority and limits" in refused(
+        [{"name": "alice", "keys": [A], "rate": 1}])
+
+
+def test_a_client_may_carry_a_priority_class_and_limits_checked_by_one_rule():
+    checked = caddy_clients([{"name": "alice", "keys": [A], "priority": "interactive",
+                              "limits": {"requests_per_minute": 60, "concurrent": 4}}, {"name": "bob", "keys": [B1]}])
+    assert checked["clients"][0]["priority"] == "interactive"
+    assert checked["clients"][0]["limits"] == {"concurrent": 4, "requests_per_minute": 60}
+    assert checked["clients"][1]["priority"] is None and checked["clients"][1]["limits"] == {}
+    assert "priority='urgent' is not allowed. Allowed values: interactive, batch" in refused(
+        [{"name": "alice", "keys": [A], "priority": "urgent"}])
+    assert "limits.rpm is not allowed. Allowed keys: requests_per_minute, tokens_per_minute, concurrent" in refused(
+        [{"name": "alice", "keys": [A], "limits": {"rpm": 5}}])
+    for bad in (0, -1, "10", True, 1.5):
+        assert "limits.concurrent=%r is not allowed: a whole number of requests at once, at least 1" % (bad,) in \
+            refused([{"name": "alice", "keys": [A], "limits": {"concurrent": bad}}])
 
 
 def test_published_keys_are_refused_by_digest():

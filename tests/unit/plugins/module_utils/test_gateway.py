@@ -60,60 +60,88 @@ def test_a_replica_is_one_worker_at_its_heads_address():
     assert [w["url"] for w in gateway["workers"]] == ["http://10.0.1.11:30000", "http://10.0.1.13:30000"]
 
 
-@pytest.mark.parametrize("engine, router", [("sglang", "sglang-router"), ("vllm", "vllm-router")])
-def test_a_fleet_of_one_engine_gets_its_own_router_cache_aware(engine, router):
-    gateway = resolve_gateway("gw", fleet(hosts(engine)), SETTINGS)
-    assert gateway["router"] == router and gateway["version"] == ROUTERS[router]["version"]
-    assert gateway["why"] == "%s, the %s fleet's own router" % (router, engine)
+@pytest.mark.parametrize("engine, extra", [("sglang", {}), ("vllm", {}),
+                                           ("trtllm", {"quant": "nvfp4", "kimi_nvfp4_revision": SHA})])
+def test_every_engine_gets_smg_cache_aware_the_key_name_its_tenant(engine, extra):
+    gateway = resolve_gateway("gw", fleet(hosts(engine, **extra), gpus=B200), SETTINGS)
+    assert gateway["router"] == "smg" and gateway["version"] == ROUTERS["smg"]["version"] == "1.13.0"
+    assert gateway["why"].startswith("SMG 1.13.0: the maintained gateway for every engine")
     assert gateway["policy"] == "cache_aware" and "longest prefix" in gateway["policy_why"]
-    assert gateway["command"] == list(ROUTERS[router]["entrypoint"]) + [
-        "--worker-urls", "http://10.0.1.11:30000", "http://10.0.1.12:30000", "--policy", "cache_aware",
-        "--host", "127.0.0.1", "--port", "30090", "--prometheus-host", "127.0.0.1", "--prometheus-port", "29010",
-        "--health-check-interval-secs", "5", "--health-failure-threshold", "2"]
-    assert gateway["workers_api"]["remove_by"] == ("id" if router == "sglang-router" else "url")
+    assert gateway["command"] == ["smg", "launch",
+                                  "--worker-urls", "http://10.0.1.11:30000", "http://10.0.1.12:30000", "--policy",
+                                  "cache_aware", "--host", "127.0.0.1", "--port", "30090", "--prometheus-host",
+                                  "127.0.0.1", "--prometheus-port", "29010", "--health-check-interval-secs", "5",
+                                  "--health-failure-threshold", "2", "--trust-tenant-header", "--tenant-header-name",
+                                  "X-LLM-Client"]
+    assert gateway["workers_api"]["remove_by"] == "id"
     # Caddy -> the usage tap -> the router, all on loopback
     assert gateway["site"]["upstream"] == "127.0.0.1:30091" and gateway["site"]["https_port"] == 8443
-    assert gateway["usage_argv"] == ["--listen", "127.0.0.1:30091", "--upstream", "127.0.0.1:30090",
-                                     "--metrics", "127.0.0.1:29011", "--retry-seconds", "10"]
+    assert gateway["usage_argv"][:8] == ["--listen", "127.0.0.1:30091", "--upstream", "127.0.0.1:30090",
+                                         "--metrics", "127.0.0.1:29011", "--retry-seconds", "10"]
     assert [r["path"] for r in gateway["site"]["metrics_routes"]] == ["/metrics/caddy", "/metrics/gateway",
                                                                       "/metrics/usage"]
     assert any("must stay private" in w for w in gateway["warnings"])
     lines = gateway_lines(gateway)
-    assert lines[0].startswith("gateway: gw, https port 8443") and "worker: http://10.0.1.12:30000 (gpu2, int4-%s)" \
-        % engine in lines
+    assert lines[0].startswith("gateway: gw, https port 8443") and "worker: http://10.0.1.12:30000 (gpu2, %s-%s)" \
+        % (extra.get("quant", "int4"), engine) in lines
     assert shlex.split(next(line for line in lines if line.startswith("gateway command: "))[17:]) == gateway["command"]
 
 
-def test_a_fleet_of_two_engines_gets_the_router_that_serves_both_and_says_so():
+def test_a_fleet_of_two_engines_gets_smg_and_says_so():
     hostvars = hosts("sglang")
     hostvars["gpu2"]["engine"] = "vllm"
     gateway = resolve_gateway("gw", fleet(hostvars), SETTINGS)
-    assert gateway["router"] == "sglang-router"
-    assert gateway["why"].startswith("sglang-router: its regular mode proxies the OpenAI API of every engine here "
-                                     "(sglang, vllm); the fleet runs more than one engine")
+    assert gateway["router"] == "smg"
+    assert gateway["why"] == ("SMG 1.13.0: the maintained gateway for every engine (its regular mode proxies the "
+                              "OpenAI API of each: sglang, vllm)")
 
 
-def test_trtllm_has_no_router_of_its_own():
-    hostvars = hosts("trtllm", quant="nvfp4", kimi_nvfp4_revision=SHA)
-    gateway = resolve_gateway("gw", fleet(hostvars, gpus=B200), SETTINGS)
-    assert gateway["router"] == "sglang-router" and "the engine has no router of its own" in gateway["why"]
+def test_a_client_keys_priority_and_limits_become_smgs_classes_and_the_taps_limits_never_a_key():
+    clients = [{"name": "chat", "keys": ["k" * 40], "priority": "interactive"},
+               {"name": "etl", "keys": ["e" * 40], "priority": "batch",
+                "limits": {"requests_per_minute": 30, "tokens_per_minute": 90000, "concurrent": 2}},
+               {"name": "plain", "keys": ["p" * 40]}]
+    gateway = resolve_gateway("gw", fleet(hosts("sglang")), dict(SETTINGS, clients=clients))
+    assert "--priority-scheduler-enabled" in gateway["command"]
+    assert gateway["command"][-1] == "/etc/kimi-k26-gateway/priority.yaml"
+    assert gateway["priority_config"]["path"] == "/etc/kimi-k26-gateway/priority.yaml"
+    assert gateway["priority_config"]["content"].splitlines()[1:] == ["tenant_policies:",
+                                                           '  "header:chat": {max_class: interactive}',
+                                                           '  "header:etl": {max_class: bulk}']
+    content = gateway["clients_config"]["content"]
+    assert content["header"] == "X-LLM-Client" and content["priority_header"] == "x-smg-priority"
+    assert content["clients"] == {
+        "chat": {"limits": {}, "priority": "interactive"},
+        "etl": {"limits": {"concurrent": 2, "requests_per_minute": 30, "tokens_per_minute": 90000}, "priority": "bulk"},
+        "plain": {"limits": {}, "priority": None}}
+    assert "k" * 40 not in repr(gateway) and "e" * 40 not in repr(gateway)
+    # no priority anywhere: SMG's admission stays as it is
+    plain = resolve_gateway("gw", fleet(hosts("sglang")), dict(SETTINGS, clients=clients[2:]))
+    assert "--priority-scheduler-enabled" not in plain["command"] and plain["priority_config"]["content"] is None
+    # the rule caddy_proxy's filter applies, before any host changes
+    with pytest.raises(DeploymentError, match=r"caddy_proxy_clients\[0\].priority='urgent' is not allowed\. Allowed "
+                                              r"values: interactive, batch"):
+        resolve_gateway("gw", fleet(hosts("sglang")), dict(SETTINGS, clients=[dict(clients[0], priority="urgent")]))
+    with pytest.raises(DeploymentError, match=r"kimi_gateway_router_extra_args='--priority-scheduler-enabled' is not "
+                                              r"allowed: --priority-scheduler-enabled is set by the collection"):
+        resolve_gateway("gw", fleet(hosts("sglang")), dict(SETTINGS, extra_args=["--priority-scheduler-enabled"]))
 
 
 def test_a_router_that_does_not_serve_an_engine_of_the_fleet_is_refused_naming_the_one_that_does():
     hostvars = hosts("sglang")
     with pytest.raises(DeploymentError, match=r"kimi_gateway_router='vllm-router' is not allowed: vllm-router does not "
                                               r"serve sglang \(gpu1: int4-sglang, gpu2: int4-sglang\)\. Allowed "
-                                              r"values: sglang-router"):
+                                              r"values: smg"):
         resolve_gateway("gw", fleet(hostvars), dict(SETTINGS, router="vllm-router"))
     with pytest.raises(DeploymentError, match=r"kimi_gateway_router='nginx' is not allowed\. Allowed values: "
-                                              r"sglang-router, vllm-router"):
+                                              r"smg, vllm-router"):
         resolve_gateway("gw", fleet(hostvars), dict(SETTINGS, router="nginx"))
 
 
 def test_bad_gateway_settings_are_refused_naming_the_variable():
     instances = fleet(hosts("sglang"))
     with pytest.raises(DeploymentError, match=r"kimi_gateway_policy='fastest' is not allowed: not a policy of "
-                                              r"sglang-router 0.3.2. Allowed values: random, round_robin, cache_aware"):
+                                              r"SMG 1.13.0. Allowed values: random, round_robin, passthrough, cache_aware"):
         resolve_gateway("gw", instances, dict(SETTINGS, policy="fastest"))
     with pytest.raises(DeploymentError, match=r"kimi_gateway_port=.*five different ports"):
         resolve_gateway("gw", instances, dict(SETTINGS, metrics_port=30090))

@@ -51,7 +51,7 @@ def test_sglang_1p1d_without_rdma_uses_nixl_and_the_router_lists_both():
     assert dep["serves_api"] is False and dep["local_url"] == "http://10.0.0.11:30000"
     assert pd["router"]["host"] == "d1" and not pd["router"]["is_here"]
     assert pd["router"]["command"] == [
-        "python3", "-m", "sglang_router.launch_router", "--pd-disaggregation",
+        "smg", "launch", "--pd-disaggregation",
         "--prefill", "http://10.0.0.11:30000", "8998", "--decode", "http://10.0.0.12:30000",
         "--host", "127.0.0.1", "--port", "30080", "--prometheus-host", "127.0.0.1", "--prometheus-port", "29000"]
     decode = resolve(H200x8, "int4", "sglang", "d1", members("prefill", "decode"))
@@ -139,9 +139,18 @@ def test_every_role_command_parses_with_the_engine_double_against_its_pinned_lis
         assert args.get("disaggregation_mode") or args.get("kv_transfer_config")
 
 
-@pytest.mark.parametrize("name", sorted(n for n in ROUTERS if ROUTERS[n]["install"] == "venv"))
+PD_ROUTERS = {"smg": "sglang", "vllm-router": "vllm"}  # the venv routers in front of a PD deployment
+
+
+def test_the_pd_routers_above_are_the_engines():
+    from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import ENGINES
+    used = set(e["disaggregation"]["router"] for e in ENGINES.values() if e.get("disaggregation"))
+    assert set(PD_ROUTERS) == set(n for n in used if ROUTERS[n]["install"] == "venv")
+
+
+@pytest.mark.parametrize("name", sorted(PD_ROUTERS))
 def test_every_router_option_the_collection_emits_is_in_the_pinned_router_list(name):
-    engine = {"sglang-router": "sglang", "vllm-router": "vllm"}[name]
+    engine = PD_ROUTERS[name]
     dep = resolve(H200x8, "int4", engine, "d1", members("prefill", "prefill", "decode"))
     index = option_index(ROUTERS[name]["options"])
     options = [a for a in dep["pd"]["router"]["argv"] if a.startswith("--")]
@@ -164,7 +173,7 @@ def test_router_extra_args_are_read_as_its_parser_reads_them_and_managed_ones_re
                                               r"by the collection"):
         resolve(H200x8, "int4", "sglang", "d1", hosts, router_extra_args=["--prefill", "http://x:1"])
     with pytest.raises(DeploymentError, match=r"kimi_pd_router_extra_args='--no-such' is not allowed: --no-such is not "
-                                              r"an option of sglang-router 0.3.2"):
+                                              r"an option of SMG 1.13.0"):
         resolve(H200x8, "int4", "sglang", "d1", hosts, router_extra_args=["--no-such"])
     with pytest.raises(DeploymentError, match=r"invalid|not allowed"):
         resolve(H200x8, "int4", "vllm", "d1", hosts, router_extra_args=["--pd-disaggregation"])
