@@ -66,6 +66,9 @@ TITLES = {"straight": "client -> doubles", "smg": "SMG -> doubles", "whole": "Ca
 GATEWAY_ROLES = {"straight": (), "smg": ("smg",), "whole": ("caddy", "tap", "smg"),
                  "before": ("caddy", "old tap", "sglang-router")}
 TICK = os.sysconf("SC_CLK_TCK")
+# The gateway before SMG: the thread-per-connection tap of this commit in front of sglang-router 0.3.2 (its last
+# release; no longer in requirements-router.txt, so the pin below is the fallback).
+BEFORE_REV = "00a1425"
 
 
 # ---------------------------------------------------------------- upstream double (a subprocess of the bench)
@@ -666,7 +669,8 @@ def main():
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds per run before the window")
     parser.add_argument("--tokens", type=int, default=256, help="token events per answer")
     parser.add_argument("--interval", type=float, default=0.0, help="seconds between a double's tokens (0: none)")
-    parser.add_argument("--before-rev", default="HEAD", help="git revision of the tap on the 'before' path")
+    # the landed main before the gateway moved to SMG and the asyncio tap (issue 52)
+    parser.add_argument("--before-rev", default=BEFORE_REV, help="git revision of the tap on the 'before' path")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results",
                                                       "gateway-%s.json" % datetime.date.today().isoformat()),
                         help="the JSON file; the PNG goes beside it")

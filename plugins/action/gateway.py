@@ -47,7 +47,11 @@ class ActionModule(ActionBase):
         # caddy_proxy's client entries on this host: their names, priority classes and limits (never their keys)
         clients = get(me, "caddy_proxy_clients")
         settings["clients"] = None if clients is _site.MISSING else clients
+        otlp = get(me, "kimi_otlp_endpoint")
         try:
+            # the site input's own rule (the deployments of the fleet read it the same way)
+            settings["otlp_endpoint"] = check_input(by_variable()["kimi_otlp_endpoint"],
+                                                    None if otlp is _site.MISSING else otlp)
             if args.get("plan_fleet"):
                 # the table's rule for kimi_fleet_plan, its one owner
                 instances = self._preview(site, check_input(by_variable()["kimi_fleet_plan"], args["plan_fleet"]))

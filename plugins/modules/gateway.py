@@ -14,12 +14,14 @@ short_description: Resolve the fleet gateway on a host of kimi_gateways - its ro
 description:
   - Resolves every host of C(kimi_servers) from its own site variables and accelerators (as
     M(kimi.deploy.deployment) resolves a group's members), takes the serving instances (a host alone, a replica's
-    head) and sets the fact C(kimi_gateway) - the router (sglang-router with C(cache_aware) for an SGLang fleet,
-    vllm-router for a vLLM fleet, the router that serves every engine otherwise) and why, its policy, every worker URL
-    and its command, every option checked against the router's pinned flag list, and Caddy's gateway site.
+    head) and sets the fact C(kimi_gateway) - the router (SMG with C(cache_aware), whatever the engines) and why, its
+    policy, every worker URL and its command, every option checked against the router's pinned flag list, the
+    priority classes and limits per client key name (C(caddy_proxy_clients)' C(priority) and C(limits), checked by the
+    rule the caddy_proxy role applies), and Caddy's gateway site.
   - The settings are kimi_gateway's role variables (C(kimi_gateway_router), C(kimi_gateway_policy),
     C(kimi_gateway_port), C(kimi_gateway_metrics_port), C(kimi_gateway_https_port),
-    C(kimi_gateway_router_extra_args), C(kimi_gateway_retry)); unset, the role's default.
+    C(kimi_gateway_router_extra_args), C(kimi_gateway_retry)) and this host's C(caddy_proxy_clients); unset, the
+    role's default.
   - "A bad input fails the task with one clean line, C(kimi.deploy: <variable>=<value> is not allowed: <reason>.
     Allowed values: <...>) - a router that does not serve an engine of the fleet, a policy the router lacks, an
     instance whose engine listens on loopback, two model names, a disaggregated deployment behind the gateway."

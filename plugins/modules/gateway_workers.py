@@ -12,10 +12,10 @@ DOCUMENTATION = r"""
 module: gateway_workers
 short_description: Take instances out of the fleet gateway's router, put them back, or wait until it lists them
 description:
-  - Runs on a gateway host against the engines' router on loopback (sglang-router, vllm-router) through its worker
+  - Runs on a gateway host against the fleet's router on loopback (SMG, vllm-router) through its worker
     API (C(GET /workers), C(POST /workers), C(DELETE /workers/<id or URL>)), read from the released packages.
   - V(absent) - each worker of O(workers) the router lists is removed, and the module waits until the router no
-    longer lists it (sglang-router applies a removal in the background). A rolling switch runs this before it drains
+    longer lists it (SMG applies a removal in the background). A rolling switch runs this before it drains
     an instance, so the gateway sends it nothing new.
   - V(present) - each worker not listed is added, and the module waits until the router lists every one as healthy
     (after the instance passed verify).
@@ -30,9 +30,9 @@ options:
     required: true
   remove_by:
     description:
-      - What the router's C(DELETE /workers/...) takes - its worker C(id) (sglang-router) or the C(url) (vllm-router).
+      - What the router's C(DELETE /workers/...) takes - its worker C(id) (SMG) or the C(url) (vllm-router).
       - V(auto) reads it off the router that runs - its worker list has ids or not - so a switch that also changes the
-        fleet's router (SGLang to vLLM) talks to the one still running.
+        fleet's router talks to the one still running.
     type: str
     choices: [auto, id, url]
     default: auto

@@ -508,9 +508,24 @@ def test_make_plan_prints_each_role_and_the_router_of_a_1p1d_deployment():
     assert "command of prefill instance prefill-1: python3 -m sglang.launch_server" in out
     assert "--disaggregation-mode prefill --disaggregation-transfer-backend nixl --disaggregation-bootstrap-port 8998" \
            in out
-    assert "command of the router: python3 -m sglang_router.launch_router --pd-disaggregation --prefill " \
+    assert "command of the router: smg launch --pd-disaggregation --prefill " \
            "http://10.0.1.11:30000 8998 --decode http://10.0.2.11:30000 --host 127.0.0.1 --port 30080" in out
-    assert "router on decode-1: sglang-router 0.3.2 (the pinned wheel in a virtualenv)" in out
+    assert "router on decode-1: SMG 1.13.0 (the pinned wheel in a virtualenv)" in out
+
+
+def test_make_plan_prints_smg_and_its_discovery_file_for_a_vllm_1p1d_deployment():
+    """vLLM's prefill/decode behind SMG: the workers, each with its KV connector, from the discovery file kimi_router
+    writes (plain --prefill/--decode would route vLLM without a KV handoff)."""
+    proc = subprocess.run(["make", "--no-print-directory", "plan", "GPUS=h200-x8", "PD=1P1D", "ENGINE=vllm",
+                           "QUANT=int4"], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 0, out
+    assert "router on decode-1: SMG 1.13.0 (the pinned wheel in a virtualenv)" in out
+    assert "command of the router: smg launch --pd-disaggregation --discovery-provider file --discovery-file " \
+           "/etc/kimi-k26/pd-workers.json --host 127.0.0.1 --port 30080" in out
+    assert 'router config /etc/kimi-k26/pd-workers.json: {"version": 1, "workers": [{"id": "prefill-1", ' \
+           '"kv_connector": "NixlConnector", "kv_role": "kv_both", "url": "http://10.0.1.11:30000", ' \
+           '"worker_type": "prefill"}, {"id": "decode-1", "kv_connector": "NixlConnector"' in out
 
 
 def test_plan_names_kimi_replica_plan_hosts_for_a_bad_hosts_count():
@@ -623,10 +638,11 @@ def test_plan_prints_the_fleet_gateway_and_refuses_a_router_that_cannot_serve_th
                            "QUANT=int4"], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     flat = " ".join(proc.stdout.split())
     assert proc.returncode == 0, flat[-3000:]
-    assert "router: sglang-router, the sglang fleet's own router" in flat
+    assert "router: SMG 1.13.0: the maintained gateway for every engine" in flat
     assert "worker: http://10.0.1.11:30000 (fleet-1, int4-sglang)" in flat and "http://10.0.1.12:30000" in flat
-    assert ("gateway command: python3 -m sglang_router.launch_router --worker-urls http://10.0.1.11:30000 "
+    assert ("gateway command: smg launch --worker-urls http://10.0.1.11:30000 "
             "http://10.0.1.12:30000 --policy cache_aware --host 127.0.0.1 --port 30090") in flat
+    assert "--trust-tenant-header --tenant-header-name X-LLM-Client" in flat
     inventory = gateway_inventory(tmp_path, [("gpu1", {}), ("gpu2", {})])
     rc, out = playbook("-i", str(inventory), "playbooks/plan.yml", "-e", "quant=int4", "-e", "engine=sglang")
     assert rc == 0, out[-3000:]
@@ -637,7 +653,7 @@ def test_plan_prints_the_fleet_gateway_and_refuses_a_router_that_cannot_serve_th
                        "-e", "kimi_gateway_router=vllm-router")
     assert rc != 0
     assert ("kimi.deploy: kimi_gateway_router='vllm-router' is not allowed: vllm-router does not serve sglang (gpu1: "
-            "int4-sglang, gpu2: int4-sglang). Allowed values: sglang-router") in re.sub(r"\s+", " ", out), out[-3000:]
+            "int4-sglang, gpu2: int4-sglang). Allowed values: smg") in re.sub(r"\s+", " ", out), out[-3000:]
 
 
 @pytest.mark.parametrize("canary, refusal", [

@@ -51,10 +51,12 @@ def test_the_router_runs_its_pinned_wheel_from_a_virtualenv(host):
     router = host.service("kimi-k26-router")
     assert router.is_enabled and router.is_running
     version = host.check_output("/opt/kimi-k26-router/venv/bin/python -c "
-                                "'import importlib.metadata as m; print(m.version(\"sglang-router\"))'")
-    assert version == "0.3.2"
+                                "'import importlib.metadata as m; print(m.version(\"smg\"))'")
+    assert version == "1.13.0"
     unit = host.file("/etc/systemd/system/kimi-k26-router.service").content_string
-    assert '"/opt/kimi-k26-router/venv/bin/python3" "-m" "sglang_router.launch_router" "--pd-disaggregation"' in unit
+    assert '"/opt/kimi-k26-router/venv/bin/smg" "launch" "--pd-disaggregation"' in unit
+    # SGLang's workers on SMG's command line: no discovery file (that is vLLM's)
+    assert "--discovery-file" not in unit and not host.file("/etc/kimi-k26/pd-workers.json").exists
     assert '"--prefill" "http://kimi-pd-1:30000" "8998"' in unit and '"--decode" "http://kimi-pd-2:30000"' in unit
     assert host.file("/opt/kimi-k26-router/wheels").is_directory  # installed --no-index from the wheelhouse
 

@@ -9,7 +9,13 @@ A router is pinned like an engine release: a version with the flag list generate
 kimi_pd_router_extra_args (read the way the router's parser reads them). install: "venv" (the pinned wheel in a
 virtualenv on the router host: SMG and vllm-router are Rust routers shipped as PyPI wheels) or "image" (the
 engine image's own router: trtllm-serve disaggregated). metrics: "own-port" (a Prometheus listener of its own) or
-"same-port" (on the router's port).
+"same-port" (on the router's port). config_path / config_format: where the router reads its config file (the
+workers), and in which format the role writes it: on the router host for a venv router (its argv names the path), in
+the container for an image router (the role mounts its own file there).
+
+The builders are keyed by (router, engine), as one router may take each engine's prefill/decode its own way: SMG
+takes SGLang's workers on its command line, and vLLM's from its discovery file (each worker's KV connector is only
+given there).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -46,7 +52,7 @@ TRTLLM_DISAGGREGATED = {
 
 ROUTERS = {
     # SMG (Shepherd Model Gateway, the `smg` wheel): sglang-router's successor (0.3.2, January 2026, was its last
-    # release), engine-agnostic; the fleet gateway for every engine, and SGLang's prefill/decode router.
+    # release), engine-agnostic; the fleet gateway for every engine, and SGLang's and vLLM's prefill/decode router.
     "smg": {
         # each worker's request outcomes as its circuit breaker counts them ({worker, outcome="success"|"failure"}),
         # read from the released package's /metrics; a failure counts before the router retries elsewhere
@@ -62,7 +68,20 @@ ROUTERS = {
         "serves": ("sglang", "vllm", "trtllm", "sglang-ascend", "vllm-ascend"),
         "workers_api": {"list": "/workers", "add": "/workers", "remove_by": "id"},
         "worker_outcomes": "smg_worker_cb_outcomes_total",
+        # vLLM's prefill/decode: the file discovery provider's manifest (_smg_vllm). JSON: SMG reads it with serde
+        # (deny_unknown_fields), and JSON is what its file provider was verified with.
+        "config_path": "/etc/kimi-k26/pd-workers.json",
+        "config_format": "json",
+        # What kimi_router waits on after a (re)start: SMG listens before it has registered its workers (from the
+        # discovery file, each after its /health and model info answer); GET /workers lists them, each with its
+        # "status" ("ready" once registered), {"workers": [{"url", "worker_type", "status", ...}]}.
+        "ready_path": "/workers",
+        # The options that name its prefill/decode workers, the collection's whichever way a builder names them (a
+        # --prefill in kimi_pd_router_extra_args next to the discovery file would add a worker without its connector).
+        "pd_reserved": ("--prefill", "--decode", "--worker-urls", "--discovery-provider", "--discovery-file",
+                        "--service-discovery"),
     },
+    # vLLM-Ascend's prefill/decode only (MooncakeConnectorV1, which SMG 1.13.0 does not know: _smg_vllm).
     "vllm-router": {
         "title": "vllm-router",
         "package": "vllm-router",
@@ -89,6 +108,7 @@ ROUTERS = {
         "health_path": "/health",
         "serves": (),
         "config_path": "/etc/kimi-k26/disagg.yaml",
+        "config_format": "yaml",
     },
 }
 
@@ -108,7 +128,46 @@ def _smg_sglang(pd, deployment):
     return argv, None
 
 
+# The KV connectors SMG 1.13.0's HTTP PD router takes vLLM's prefill/decode with, read off each prefill worker's
+# kv_connector (model_gateway/src/routers/common/kv_transfer.rs, kv_connector_mode):
+#     match kv_connector {
+#         Some(MOONCAKE_CONNECTOR) => KvConnectorMode::Mooncake { .. },
+#         Some(NIXL_CONNECTOR) => KvConnectorMode::Nixl,
+#         _ => KvConnectorMode::Passthrough,
+#     }
+# with MOONCAKE_CONNECTOR = "MooncakeConnector" and NIXL_CONNECTOR = "NixlConnector" (worker/worker.rs). Passthrough
+# sends the prefill no kv_transfer_params, so it keeps no KV for the decode, which recomputes the prompt: every request
+# still answers 200 (verified with SMG 1.13.0 against the engine double). The Mooncake mode is vLLM's own
+# MooncakeConnector (push-based: SMG mints a transfer_id and gives the decode "remote_bootstrap_addr", from the
+# worker's kv_engine_id and bootstrap_port; "the engine returns nothing to relay", kv_transfer.rs); no vLLM build of
+# this collection serves Mooncake, and vLLM-Ascend's MooncakeConnectorV1 is another connector (kv_port and engine_id
+# per instance), which SMG would route as passthrough: vLLM-Ascend stays behind vllm-router.
+SMG_VLLM_CONNECTORS = ("NixlConnector",)
+
+
+def _smg_vllm(pd, deployment):
+    """SMG in front of vLLM's prefill/decode (sequential: the prefill with kv_transfer_params do_remote_decode, then
+    the decode with what the prefill returned). The workers come from its file discovery provider: its manifest is the
+    only start-up way to give each worker its KV connector (--prefill/--decode take a URL and a bootstrap port, and
+    without a kv_connector SMG routes vLLM as passthrough: no KV handoff)."""
+    workers = []
+    for role in ("prefill", "decode"):
+        for instance in _instances(pd, role):
+            kv = instance["kv_transfer_config"] or {}
+            if kv.get("kv_connector") not in SMG_VLLM_CONNECTORS:
+                raise DeploymentError("kimi_pd %s: SMG %s hands the KV cache over between vLLM's prefill and decode "
+                                      "only with %s, and %s %s runs %s (routers.py, SMG_VLLM_CONNECTORS)" % (
+                                          pd["name"], ROUTERS["smg"]["version"], ", ".join(SMG_VLLM_CONNECTORS),
+                                          role, instance["head"], kv.get("kv_connector")))
+            workers.append({"id": instance["head"], "url": instance["url"], "worker_type": role,
+                            "kv_connector": kv["kv_connector"], "kv_role": kv["kv_role"]})
+    path = ROUTERS["smg"]["config_path"]
+    return (["--pd-disaggregation", "--discovery-provider", "file", "--discovery-file", path],
+            {"version": 1, "workers": workers})
+
+
 def _vllm_router(pd, deployment):
+    """vllm-router in front of vLLM-Ascend's prefill/decode (its MooncakeConnectorV1: see SMG_VLLM_CONNECTORS)."""
     argv = ["--vllm-pd-disaggregation"]
     for instance in _instances(pd, "prefill"):
         argv += ["--prefill", instance["url"]]
@@ -127,7 +186,14 @@ def _trtllm_disaggregated(pd, deployment):
     return ["--config_file", ROUTERS["trtllm-disaggregated"]["config_path"]], config
 
 
-BUILDERS = {"smg": _smg_sglang, "vllm-router": _vllm_router, "trtllm-disaggregated": _trtllm_disaggregated}
+# (router, engine) -> the builder of its argv and config file; engine: the deployment's engine (vLLM-Ascend is vllm,
+# SGLang on Ascend sglang).
+BUILDERS = {
+    ("smg", "sglang"): _smg_sglang,
+    ("smg", "vllm"): _smg_vllm,
+    ("vllm-router", "vllm"): _vllm_router,
+    ("trtllm-disaggregated", "trtllm"): _trtllm_disaggregated,
+}
 # Options every venv router takes the same way: the API on loopback (Caddy fronts it), its Prometheus text on loopback.
 LISTEN = {"venv": lambda r: ["--host", "127.0.0.1", "--port", str(r["port"]), "--prometheus-host", "127.0.0.1",
                              "--prometheus-port", str(r["metrics_port"])],
@@ -144,9 +210,10 @@ def router_argv(name, pd, deployment, extra):
     """(argv after the router's entry point, its config file or None) for the router `name` of the disaggregated
     deployment `pd`; every option checked against the pinned router's list, kimi_pd_router_extra_args read as its
     parser reads them."""
-    argv, config = BUILDERS[name](pd, deployment)
+    argv, config = BUILDERS[(name, deployment["engine"])](pd, deployment)
     argv += LISTEN[ROUTERS[name]["install"]](pd["router"])
-    return checked_argv(name, argv, extra, OWNERS, "pd_members", "kimi_pd", "pd_router_extra_args"), config
+    return checked_argv(name, argv, extra, OWNERS, "pd_members", "kimi_pd", "pd_router_extra_args",
+                        ROUTERS[name].get("pd_reserved", ())), config
 
 
 def checked_argv(name, argv, extra, owners, workers_field, what, extra_field, reserved=()):

@@ -13,7 +13,7 @@ __metaclass__ = type
 
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
     Arg, data_parallel, dist_init_addr, model, multi_node, pd_bootstrap_port, pd_prefill, pd_rdma_devices, pd_role,
-    pd_transfer_backend, pipelined, quantization, reasoning_parser, tool_parser)
+    pd_transfer_backend, pipelined, quantization, reasoning_parser, tool_parser, traced)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.sglang_0_5_12_post1 import OPTIONS as V0_5_12_POST1
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.sglang_0_5_23 import OPTIONS as V0_5_23
 from ansible_collections.kimi.deploy.plugins.module_utils._model.kv_offload import kv_offload_value, kv_offloaded
@@ -40,6 +40,12 @@ SPECULATIVE = {
     # Gauges of the scheduler (with --enable-metrics), averaged over each decode log interval (metrics_collector.py).
     "metrics": {"kind": "gauges", "accept_length": "sglang:spec_accept_length", "accept_rate": "sglang:spec_accept_rate"},
 }
+# Traces (kimi_otlp_endpoint): SGLang's exporter takes host:port (sglang/srt/tracing; the wheel lists opentelemetry
+# under its `tracing` extra, which the image must carry).
+TRACE_ARGS = (
+    Arg("--enable-trace", when=traced),
+    Arg("--otlp-traces-endpoint", "otlp_endpoint", when=traced),
+)
 SPECULATIVE_ARGS = (
     Arg("--speculative-algorithm", "speculative", spec_algorithm, when=speculative),
     Arg("--speculative-draft-model-path", "speculative_draft", spec_draft, when=spec_draft),
@@ -216,7 +222,7 @@ ENGINE = {
         Arg("--hicache-size", "kv_offload_gb", kv_offload_value, when=kv_offloaded),
         Arg("--hicache-ratio", "kv_offload_gb", when=lambda deployment: False),
         Arg("--hicache-write-policy", "kv_offload", value="write_through", when=kv_offloaded),
-    ) + SPECULATIVE_ARGS,
+    ) + SPECULATIVE_ARGS + TRACE_ARGS,
     "config": None,
     "config_path": None,
 }

@@ -19,7 +19,7 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
     Arg, model, pd_bootstrap_port, pd_prefill, pd_rdma_devices, pd_role, pd_transfer_backend, reasoning_parser,
     tool_parser)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.sglang import SPECULATIVE as SGLANG_SPECULATIVE
-from ansible_collections.kimi.deploy.plugins.module_utils._engines.sglang import SPECULATIVE_ARGS
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.sglang import SPECULATIVE_ARGS, TRACE_ARGS
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.sglang_0_5_13_post1 import OPTIONS as V0_5_13_POST1
 from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import spec_draft_quantization
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.sglang import SERVING_METRICS
@@ -147,7 +147,7 @@ ENGINE = {
         Arg("--disaggregation-transfer-backend", "pd_transfer_backend", pd_transfer_backend, when=pd_role),
         Arg("--disaggregation-bootstrap-port", "pd_bootstrap_port", pd_bootstrap_port, when=pd_prefill),
         Arg("--disaggregation-ib-device", "pd_rdma_devices", pd_rdma_devices, when=pd_rdma_devices),
-    ) + SPECULATIVE_ARGS + (
+    ) + SPECULATIVE_ARGS + TRACE_ARGS + (
         Arg("--speculative-draft-model-quantization", "speculative_draft", spec_draft_quantization,
             when=spec_draft_quantization),
     ),

@@ -142,6 +142,17 @@ def dist_init_addr(deployment):
     return "%s:%d" % (deployment["head_address"], deployment["dist_port"])
 
 
+# Traces (kimi_otlp_endpoint, host:port): each engine's own OpenTelemetry options.
+def traced(deployment):
+    return bool(deployment.get("otlp_endpoint"))
+
+
+def otlp_url(deployment):
+    """vLLM's and TensorRT-LLM's exporter (opentelemetry's OTLP/gRPC span exporter) takes a URL; http:// makes it
+    plaintext, as a collector on the fleet's private network listens."""
+    return "http://" + deployment["otlp_endpoint"]
+
+
 def tool_parser(deployment):
     return deployment["tool_parser"]
 

@@ -21,7 +21,7 @@ __metaclass__ = type
 
 from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import GB, GIB
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
-    Arg, model, reasoning_parser, tool_parser)
+    Arg, model, otlp_url, reasoning_parser, tool_parser, traced)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.trtllm_1_3_0rc17 import (
     LLM_ARGS as LLM_ARGS_1_3_0RC17, LLM_ARGS_CHOICES as CHOICES_1_3_0RC17, LLM_ARGS_CLASS as CLASS_1_3_0RC17,
     LLM_ARGS_EXTRA as EXTRA_1_3_0RC17, OPTIONS as V1_3_0RC17)
@@ -211,6 +211,7 @@ ENGINE = {
         Arg("--config", value=CONFIG_PATH),  # the YAML, as seed 003 passes it (also spelled --extra_llm_api_options)
         Arg("--tool_parser", value=tool_parser, when=tool_parser),
         Arg("--reasoning_parser", value=reasoning_parser, when=reasoning_parser),
+        Arg("--otlp_traces_endpoint", "otlp_endpoint", otlp_url, when=traced),  # kimi_otlp_endpoint
         # Set in the YAML, which wins over the CLI: managed here so extra args cannot contradict the config.
         Arg("--tensor_parallel_size", "tp", when=_never),
         Arg("--pipeline_parallel_size", "pp", when=_never),

@@ -170,9 +170,14 @@ ENGINE = {
     "image_refusals": (),
     "shm_bytes": None,
     # Prefill/decode disaggregation (vLLM's docs: NixlConnector, kv_role kv_both on both sides; the decode pulls the
-    # KV cache through NIXL's side channel), behind vllm-router.
+    # KV cache through NIXL's side channel), behind SMG: its HTTP PD router takes vLLM sequentially (prefill with
+    # do_remote_decode, then the decode with the prefill's kv_transfer_params), each worker's connector from its
+    # discovery file (routers.py, _smg_vllm).
     "disaggregation": {
-        "router": "vllm-router",
+        "router": "smg",
+        "router_why": "SMG 1.13.0 routes vLLM's prefill/decode sequentially, relaying the NixlConnector's "
+                      "kv_transfer_params from the prefill to the decode (each worker's connector from its discovery "
+                      "file)",
         "bootstrap": False,
         "kv_transfer_config": "nixl",
         "rdma": "nixl",

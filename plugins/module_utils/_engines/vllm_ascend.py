@@ -102,9 +102,15 @@ ENGINE = {
     "container_env_multi_node": {"VLLM_RPC_TIMEOUT": "3600000", "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "30000"},
     # Prefill/decode disaggregation (seed 004: MooncakeConnectorV1, kv_producer on prefill, kv_consumer on decode, a
     # kv_port and an engine id per instance, both layouts in kv_connector_extra_config), behind vllm-router (seed 004
-    # runs vllm-ascend's example proxy; the choice is the engine project's own router).
+    # runs vllm-ascend's example proxy; the choice is the engine project's own router). Not SMG: SMG 1.13.0
+    # knows only vLLM's NixlConnector and MooncakeConnector by name, and routes any other connector as passthrough,
+    # without a KV handoff (routers.py, SMG_VLLM_CONNECTORS, quoting its kv_transfer.rs).
     "disaggregation": {
         "router": "vllm-router",
+        "router_why": "SMG 1.13.0 hands the KV cache over only for vLLM's NixlConnector and MooncakeConnector "
+                      "(kv_transfer.rs: any other kv_connector is passthrough, the prefill gets no kv_transfer_params "
+                      "and the decode recomputes the prompt); vLLM-Ascend's MooncakeConnectorV1 is neither, so "
+                      "vllm-router 0.1.17 routes it",
         "bootstrap": False,
         "kv_transfer_config": "mooncake-v1",
         "rdma": "mooncake",

@@ -656,6 +656,7 @@ def _disaggregate(inputs, deployment, r):
         r["reasons"].append("Behind the fleet gateway (%s): the engine listens on %s, the fleet's network"
                             % (", ".join(inputs["gateways"]), address))
     deployment["gateways"] = list(inputs.get("gateways") or [])
+    deployment["otlp_endpoint"] = None if is_unset(inputs.get("otlp_endpoint")) else inputs["otlp_endpoint"]
     # Where the clients' requests go on this host (Caddy's upstream): the router on a disaggregated deployment's
     # router host, else the engine.
     here = pd and pd["router"]["is_here"]

@@ -49,12 +49,30 @@ OWNERS = {"--port": "kimi_gateway_port", "--prometheus-port": "kimi_gateway_metr
 # reads every answer's usage anyway, holds the limits.
 CLIENT_HEADER = "X-LLM-Client"
 PRIORITY_CLASS = {"interactive": "interactive", "batch": "bulk"}  # a client's priority -> SMG's scheduler class
+# SMG's classes, every one listed (a listed class replaces only its own defaults, and the defaults - system 32 slots,
+# interactive 128 or 25% - are sized for fleets of hundreds of slots). The slots are the fleet's (the workers'
+# max_running_requests, summed), counted fleet-wide: interactive reserves 75% of them, so batch holds at most a quarter
+# and round robin finds a free slot for an interactive request on any instance; nothing preempts (a batch stream is
+# never cut off with a 503), and batch waits in its queue without being promoted over interactive
+# (tests/unit/doubles/test_gateway_priority.py measures it with the real SMG).
+PRIORITY_CLASSES = (
+    ("system", (("reserved_floor", 0), ("reserved_per_slot", 0.0), ("queue_size", 64), ("queue_timeout_secs", 30),
+                ("starvation_threshold_secs", 5), ("can_preempt", False))),
+    ("interactive", (("reserved_floor", 0), ("reserved_per_slot", 0.75), ("queue_size", 256),
+                     ("queue_timeout_secs", 30), ("starvation_threshold_secs", 5), ("can_preempt", False))),
+    ("default", (("reserved_floor", 0), ("reserved_per_slot", 0.0), ("queue_size", 512), ("queue_timeout_secs", 60),
+                 ("starvation_threshold_secs", 30), ("can_preempt", False))),
+    ("bulk", (("reserved_floor", 0), ("reserved_per_slot", 0.0), ("queue_size", 1024), ("queue_timeout_secs", 300),
+              ("starvation_threshold_secs", 3600), ("can_preempt", False))),
+)
 CONFIG_DIR = "/etc/kimi-k26-gateway"
 PRIORITY_CONFIG = CONFIG_DIR + "/priority.yaml"
 CLIENTS_CONFIG = CONFIG_DIR + "/clients.json"
 TENANT_OPTIONS = ("--trust-tenant-header", "--tenant-header-name", "--priority-scheduler-enabled",
                   "--priority-scheduler-config")
+TRACE_OPTIONS = ("--enable-trace", "--otlp-traces-endpoint")  # SMG's: OTLP/gRPC to host:port, W3C trace context
 OWNERS.update((option, "caddy_proxy_clients") for option in TENANT_OPTIONS)
+OWNERS.update((option, "kimi_otlp_endpoint") for option in TRACE_OPTIONS)
 WHY_POLICY = {
     "cache_aware": "cache_aware: the router keeps a radix tree of the prompts each instance has seen and sends a "
                    "request to the instance that holds the longest prefix of it (long agentic sessions reuse their "
@@ -148,8 +166,11 @@ def resolve_gateway(host, instances, settings, warnings=None):
         if any(t["priority"] for t in tenants):
             priority = priority_config(tenants)
             argv += ["--priority-scheduler-enabled", "--priority-scheduler-config", PRIORITY_CONFIG]
+        if not is_unset(settings.get("otlp_endpoint")):
+            argv += ["--enable-trace", "--otlp-traces-endpoint", settings["otlp_endpoint"]]
     argv = checked_argv(name, argv, settings.get("extra_args"), OWNERS, "kimi_gateways", "kimi_gateways",
-                        "kimi_gateway_router_extra_args", reserved=TENANT_OPTIONS if name == "smg" else ())
+                        "kimi_gateway_router_extra_args",
+                        reserved=TENANT_OPTIONS + TRACE_OPTIONS if name == "smg" else ())
     retry = check_text("kimi_gateway_retry", settings.get("retry"), DURATION_RE, ["a duration, e.g. 10s"], None)
     checks = [c for c in instances[0]["deployment"]["verify_checks"]
               if all(c in i["deployment"]["verify_checks"] for i in instances) and c != "speculative"]
@@ -189,6 +210,8 @@ def resolve_gateway(host, instances, settings, warnings=None):
         # what the gateway holds per client key name (never a key): the usage tap's limits, SMG's classes
         "tenants": tenants,
         "config_dir": CONFIG_DIR,
+        # kimi_otlp_endpoint (host:port) or None
+        "otlp_endpoint": None if is_unset(settings.get("otlp_endpoint")) else settings["otlp_endpoint"],
         "priority_config": {"path": PRIORITY_CONFIG, "content": priority},
         # the usage tap's file: the header it reads the name from, the header it sets the class in, per name
         "clients_config": {"path": CLIENTS_CONFIG, "content": {
@@ -199,7 +222,8 @@ def resolve_gateway(host, instances, settings, warnings=None):
         "usage_metrics_port": usage_metrics_port,
         # the usage tap's command (kimi_usage_tap.py, from the role's files): Caddy -> tap -> router
         "usage_argv": ["--listen", "127.0.0.1:%d" % usage_port, "--upstream", "127.0.0.1:%d" % port,
-                       "--metrics", "127.0.0.1:%d" % usage_metrics_port, "--retry-seconds", "%g" % seconds(retry)],
+                       "--metrics", "127.0.0.1:%d" % usage_metrics_port, "--retry-seconds", "%g" % seconds(retry),
+                       "--clients", CLIENTS_CONFIG],
         # Caddy's gateway site on this host (caddy_proxy_gateway): the usage tap in front of the router on loopback,
         # the router's, the tap's and Caddy's own metrics behind the metrics key, a request that cannot reach the
         # tap or the router (a restart) retried for `retry`.
@@ -234,10 +258,15 @@ def _tenants(clients):
 
 
 def priority_config(tenants):
-    """SMG's priority-scheduler YAML (middleware/scheduler/config.rs): each client name's most a request of it may
-    ask (its max_class); the tap sets the class a request asks for. A name without a priority keeps SMG's default."""
+    """SMG's priority-scheduler YAML (middleware/scheduler/config.rs): every class (PRIORITY_CLASSES), and each client
+    name's most a request of it may ask (its max_class); the tap sets the class a request asks for. A name without a
+    priority keeps SMG's default class."""
     lines = ["# kimi.deploy: the fleet gateway's priority classes per client key name (SMG's priority scheduler)",
-             "tenant_policies:"]
+             "classes:"]
+    for name, fields in PRIORITY_CLASSES:
+        values = ("%s: %s" % (k, ("true" if v else "false") if isinstance(v, bool) else v) for k, v in fields)
+        lines.append("  %s: {%s}" % (name, ", ".join(values)))
+    lines.append("tenant_policies:")
     lines += ['  "header:%s": {max_class: %s}' % (t["name"], PRIORITY_CLASS[t["priority"]]) for t in tenants
               if t["priority"]]
     return "\n".join(lines) + "\n"

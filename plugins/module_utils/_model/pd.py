@@ -28,8 +28,8 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engines.routers impor
 ROLES = ("prefill", "decode")
 # SGLang's default --disaggregation-bootstrap-port (server_args.py); the prefill serves its bootstrap server there.
 DEFAULT_BOOTSTRAP_PORT = 8998
-# The router listens on loopback (Caddy fronts it) and serves its Prometheus text on loopback too (sglang-router's
-# own default metrics port is 29000).
+# The router listens on loopback (Caddy fronts it) and serves its Prometheus text on loopback too (SMG's own default
+# metrics port is 29000, as sglang-router's was).
 DEFAULT_ROUTER_PORT = 30080
 DEFAULT_ROUTER_METRICS_PORT = 29000
 # vLLM's NIXL side channel (VLLM_NIXL_SIDE_CHANNEL_PORT's default): the decode pulls the KV through it.
@@ -165,7 +165,7 @@ def for_instance(pd, index, data, deployment, me=None):
         "head": instance["head"],
         "address": address,
         "rdma_devices": devices if data["backends"][pd["transfer_backend"]].get("rdma") else [],
-        "kv_transfer_config": _kv_transfer_config(data, instance["role"], index, deployment),
+        "kv_transfer_config": instance["kv_transfer_config"],  # resolve_pd's, which the router reads too
         "container_env": dict(data.get("container_env", {})),
     }
     if data.get("kv_transfer_config") == "nixl":
@@ -227,10 +227,12 @@ def resolve_pd(pd, spec, version, deployment, warnings):
     uses = [(port, "kimi_engine_port")] + ([(bootstrap, "kimi_pd_bootstrap_port")] if data.get("bootstrap") else []) + [
         (router_port, "kimi_pd_router_port"), (metrics_port, "kimi_pd_router_metrics_port")]
     _ports.check([(number, variable, _ports.LISTENERS[variable]) for number, variable in uses])
-    for inst in instances:
+    for number, inst in enumerate(instances):
         inst["port"] = inst["port"] or port
         inst["url"] = "http://%s:%d" % (("[%s]" % inst["address"]) if ":" in inst["address"] else inst["address"],
                                         inst["port"])
+        # what its engine is started with, which a router that names each worker's connector reads (SMG for vLLM)
+        inst["kv_transfer_config"] = _kv_transfer_config(data, inst["role"], number, deployment)
 
     result = {
         "name": name,
@@ -271,11 +273,17 @@ def resolve_pd(pd, spec, version, deployment, warnings):
         "metrics_url": "http://127.0.0.1:%d%s" % (metrics_port if router["metrics"] == "own-port" else router_port,
                                                   router["metrics_path"]),
         "metrics_path": router["metrics_path"],
-        "config_path": router.get("config_path"),
+        "why": data.get("router_why"),
+        # what kimi_router waits on: /workers (every instance listed ready), else /v1/models (a model listed)
+        "ready_path": router.get("ready_path", "/v1/models"),
     }
     argv, config = router_argv(data["router"], result, deployment, pd.get("router_extra_args"))
     result["router"]["argv"] = argv
+    # Its config file (the workers), when this engine's builder gives it one: where the router reads it (on the
+    # router host for a venv router, in the container for an image router) and the format kimi_router writes.
     result["router"]["config"] = config
+    result["router"]["config_path"] = router.get("config_path") if config is not None else None
+    result["router"]["config_format"] = router.get("config_format") if config is not None else None
     result["router"]["command"] = list(router["entrypoint"]) + argv
     warnings.append("kimi_pd %s: the engines listen on the deployment's network (%s) without authentication, as they "
                     "must for the router and the KV transfer: keep that network private; clients reach the router "

@@ -154,6 +154,8 @@ def _pd_lines(d):
     lines.append("router on %s: %s %s (%s), Caddy in front of it at %s, Prometheus text at %s" % (
         router["host"], router["title"], router["version"], "the pinned wheel in a virtualenv" if router["install"] ==
         "venv" else "from the engine image", router["url"], router["metrics_url"]))
+    if router.get("why"):
+        lines.append("router: %s" % router["why"])
     lines.append("command of the router: " + shell_line(router["command"]))
     if router.get("config"):
         lines.append("router config %s: %s" % (router["config_path"], json.dumps(router["config"], sort_keys=True)))

@@ -66,7 +66,7 @@ CONSTRAINTS = {
         "kimi_serve_poll_interval": Int(1, 600, unit="seconds"),
     },
     "kimi_gateway": {
-        "kimi_gateway_router": Text(r"[a-z][a-z0-9_-]{0,31}", "a router name (sglang-router, vllm-router)", 32,
+        "kimi_gateway_router": Text(r"[a-z][a-z0-9_-]{0,31}", "a router name (smg, vllm-router)", 32,
                                     empty=True),
         "kimi_gateway_policy": Text(r"[a-z][a-z0-9_]{0,31}", "a routing policy of the router (e.g. cache_aware)", 32),
         "kimi_gateway_port": PORT,

@@ -40,6 +40,11 @@ NAME = Text(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", "a name of letters, digits and .
             bad=("r 1", "-r"))
 ADDRESS = Text(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[?[0-9A-Fa-f:.]{2,45}\]?", "an IP address or a DNS name", 253,
                good=("10.0.0.1", "gpu1.example", "fd00::1"), bad=("10.0.0.1;x", "a b", "-h"))
+# host:port of a collector (no scheme: each consumer writes the form its exporter reads)
+HOST_PORT = Text(r"(?:[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[[0-9A-Fa-f:.]{2,45}\]):(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|"
+                 r"6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})", "host:port (a DNS name or an IP address, and a port; "
+                 "IPv6 in brackets)", 260, empty=True, good=("otel.example:4317", "10.0.0.5:4317", "[fd00::5]:4317"),
+                 bad=("http://otel:4317", "otel", "otel:0", "otel:4317;x", "otel:70000"))
 
 
 class Accelerators(Constraint):
@@ -270,6 +275,12 @@ INPUTS = (
         "C(kimi_gateways)) reach its engine; with a gateway in the inventory the engine listens there (a "
         "replica's hosts use their head's). Default - its ansible_host, else its name.",
     ), check=ADDRESS),
+    Input('kimi_otlp_endpoint', 'str', field='otlp_endpoint', read='field', doc=(
+        "An OpenTelemetry collector's OTLP/gRPC address, C(host:port): traces from the fleet gateway (SMG) to the "
+        "engines, each with its own trace options (vLLM and TensorRT-LLM C(--otlp-traces-endpoint), SGLang "
+        "C(--enable-trace --otlp-traces-endpoint)), one W3C trace context along the way; Caddy passes a client's "
+        "C(traceparent) on (Debian's Caddy 2.6.2 is built without its tracing module). Unset - no traces.",
+    ), check=HOST_PORT),
     Input('kimi_fleet_plan', 'raw', doc=(
         'plan.yml only - preview a fleet of this many hosts behind a gateway (C(make plan FLEET=2)).',
     ), check=Int(1, 64)),
@@ -358,8 +369,8 @@ INPUTS = (
     ), check=Int(1, 1000)),
     Input('kimi_pd', 'str', field='pd_members', doc=(
         'Name of the prefill/decode disaggregated deployment this host belongs to. The kimi_servers hosts with '
-        "the same name serve one endpoint together, each in its C(kimi_pd_role), behind the engine's own router "
-        '(sglang-router, vllm-router, or trtllm-serve disaggregated) on one of them. They are switched, verified '
+        "the same name serve one endpoint together, each in its C(kimi_pd_role), behind a router "
+        '(SMG, vllm-router, or trtllm-serve disaggregated) on one of them. They are switched, verified '
         'and rolled back as one, and must be listed one after the other. Unset - not disaggregated.',
     ), check=NAME),
     Input('kimi_pd_role', 'str', field='pd_role', read='member', doc=(

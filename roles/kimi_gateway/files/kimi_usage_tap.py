@@ -12,17 +12,32 @@ completions request is counted, errors included: no header a client could send e
 HTTP/1.1 keep-alive on both sides, idle router connections pooled (--upstream-pool); a stream is relayed as bytes as
 they come, cut only at event boundaries: only an event holding a "usage" object is parsed as JSON.
 
-    kimi_usage_tap.py --listen 127.0.0.1:30091 --upstream 127.0.0.1:30090 --metrics 127.0.0.1:29011 --retry-seconds 10
+    kimi_usage_tap.py --listen 127.0.0.1:30091 --upstream 127.0.0.1:30090 --metrics 127.0.0.1:29011 --retry-seconds 10 \
+        --clients /etc/kimi-k26-gateway/clients.json
 
-Series (Prometheus text at /metrics on --metrics): kimi_usage_requests_total{client,code},
-kimi_usage_prompt_tokens_total{client}, kimi_usage_completion_tokens_total{client}.
+--clients FILE (optional, read once at start-up; a bad one is a start-up error naming the problem): JSON written by the
+collection, {"header": the header holding the client name (default X-LLM-Client), "priority_header": a header name or
+null, "clients": {name: {"limits": {requests_per_minute, tokens_per_minute, concurrent: positive ints},
+"priority": a value or null}}}. Per client name, on the counted paths: at most requests_per_minute requests admitted in
+any WINDOW (60 s), none while the tokens of its answers of the last WINDOW reach tokens_per_minute, at most concurrent
+in flight (streams until their end); a request over a limit is answered by the tap (429, Retry-After, an OpenAI-like
+JSON error) and never reaches the router. Every request forwarded (all paths) loses any priority_header the client sent
+and gets the client's priority when it has one, so no client picks its own class. Without the file nothing is limited
+and no priority header is set or stripped.
+
+Series (Prometheus text at /metrics on --metrics): kimi_usage_requests_total{client,code} (429 included),
+kimi_usage_prompt_tokens_total{client}, kimi_usage_completion_tokens_total{client},
+kimi_usage_refused_total{client,limit} (limit: requests_per_minute, tokens_per_minute or concurrent).
 """
 
 import argparse
 import asyncio
+import collections
 import json
+import math
 import re
 import threading
+import time
 
 # caddy_proxy_clients' names (plugins/filter/caddy_clients.py NAME_RE; a unit test compares the two)
 CLIENT_RE = re.compile(r"[a-z0-9_-]+")
@@ -36,6 +51,12 @@ READ_AHEAD = 1 << 20  # what a client may send ahead (pipelined) while its answe
 CLIENT_GONE = 499  # the code counted for a client that left before its answer began (nginx's)
 # framing of an answer's body
 NONE, LENGTH, CHUNKED, UNTIL_CLOSE = range(4)
+CLIENT_HEADER = "X-LLM-Client"  # where Caddy puts the client key name, unless --clients names another
+LIMITS = ("requests_per_minute", "tokens_per_minute", "concurrent")  # the order a refusal names the first over
+WINDOW = 60.0  # seconds of the per-minute limits' sliding windows (a unit test makes it shorter)
+clock = time.monotonic  # the limits' clock (a unit test replaces it)
+TOKEN_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # a header name (RFC 9110 token)
+VALUE_RE = re.compile(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")  # a header value the tap sets
 
 
 class Usage:
@@ -46,6 +67,7 @@ class Usage:
         self.requests = {}
         self.prompt = {}
         self.completion = {}
+        self.refused = {}
 
     def count(self, client, code, usage):
         with self.lock:
@@ -53,6 +75,11 @@ class Usage:
             if usage:
                 self.prompt[client] = self.prompt.get(client, 0) + int(usage.get("prompt_tokens") or 0)
                 self.completion[client] = self.completion.get(client, 0) + int(usage.get("completion_tokens") or 0)
+
+    def refuse(self, client, limit):
+        """A request the tap refused for a limit (its 429 is counted by count())."""
+        with self.lock:
+            self.refused[(client, limit)] = self.refused.get((client, limit), 0) + 1
 
     def text(self):
         with self.lock:
@@ -66,12 +93,142 @@ class Usage:
                           % (name, what),
                           "# TYPE kimi_usage_%s_tokens_total counter" % name]
                 lines += ['kimi_usage_%s_tokens_total{client="%s"} %d' % (name, c, n) for c, n in sorted(table.items())]
+            lines += ["# HELP kimi_usage_refused_total Requests the tap refused (429) for a limit of the client key "
+                      "name, by client key name and limit.",
+                      "# TYPE kimi_usage_refused_total counter"]
+            lines += ['kimi_usage_refused_total{client="%s",limit="%s"} %d' % (c, k, n)
+                      for (c, k), n in sorted(self.refused.items())]
             return "\n".join(lines) + "\n"
 
 
-def client_of(headers):
+def load_clients(source):
+    """The --clients file's content, checked: {"header", "priority_header", "clients": {name: {"limits",
+    "priority"}}}, from a path or an already parsed dict; ValueError (one line, naming the problem) when it is bad."""
+    if not isinstance(source, dict):
+        try:
+            with open(source, encoding="utf-8") as handle:
+                source = json.load(handle)
+        except OSError as error:
+            raise ValueError("cannot read it: %s" % (error.strerror or error)) from None
+        except ValueError as error:
+            raise ValueError("not JSON: %s" % error) from None
+    if not isinstance(source, dict):
+        raise ValueError("must be a JSON object of header, priority_header, clients, got %s" % type(source).__name__)
+    for key in source:
+        if key not in ("header", "priority_header", "clients"):
+            raise ValueError("unknown key %r (allowed: header, priority_header, clients)" % key)
+    header = source.get("header", CLIENT_HEADER)
+    if not isinstance(header, str) or not TOKEN_RE.fullmatch(header):
+        raise ValueError("header must be a header name, got %r" % (header,))
+    priority_header = source.get("priority_header")
+    if priority_header is not None and (not isinstance(priority_header, str) or not TOKEN_RE.fullmatch(priority_header)
+                                        or priority_header.lower() in HOP_BY_HOP | {"host", "expect", header.lower()}):
+        raise ValueError("priority_header must be a header name (not %s's, not one of HTTP's own) or null, got %r"
+                         % (header, priority_header))
+    clients = source.get("clients")
+    if not isinstance(clients, dict):
+        raise ValueError("clients must be an object of client key name: {limits, priority}, got %r" % (clients,))
+    checked = {}
+    for name, entry in clients.items():
+        if not isinstance(name, str) or not CLIENT_RE.fullmatch(name):
+            raise ValueError("clients: %r is not a client key name (%s)" % (name, CLIENT_RE.pattern))
+        if not isinstance(entry, dict):
+            raise ValueError("clients.%s must be an object of limits, priority, got %r" % (name, entry))
+        for key in entry:
+            if key not in ("limits", "priority"):
+                raise ValueError("clients.%s: unknown key %r (allowed: limits, priority)" % (name, key))
+        limits = entry.get("limits") or {}
+        if not isinstance(limits, dict):
+            raise ValueError("clients.%s.limits must be an object, got %r" % (name, limits))
+        for limit, value in limits.items():
+            if limit not in LIMITS:
+                raise ValueError("clients.%s.limits: unknown limit %r (allowed: %s)" % (name, limit, ", ".join(LIMITS)))
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError("clients.%s.limits.%s must be a positive integer, got %r" % (name, limit, value))
+        priority = entry.get("priority")
+        if priority is not None and (not isinstance(priority, str) or not VALUE_RE.fullmatch(priority)):
+            raise ValueError("clients.%s.priority must be a header value or null, got %r" % (name, priority))
+        checked[name] = {"limits": dict(limits), "priority": priority}
+    return {"header": header, "priority_header": priority_header, "clients": checked}
+
+
+class Limiter:
+    """One client key name's limits and what they count (on the tap's loop, no lock). requests_per_minute: a sliding
+    window, the admission times of the last WINDOW seconds; tokens_per_minute: (time, tokens) of the answers that
+    ended in the last WINDOW seconds, and their sum; concurrent: the requests admitted and not finished."""
+
+    __slots__ = ("name", "requests", "tokens", "concurrent", "admitted", "answers", "spent", "in_flight")
+
+    def __init__(self, name, limits):
+        self.name = name
+        self.requests = limits.get("requests_per_minute")
+        self.tokens = limits.get("tokens_per_minute")
+        self.concurrent = limits.get("concurrent")
+        self.admitted = collections.deque()
+        self.answers = collections.deque()
+        self.spent = 0  # the tokens in answers
+        self.in_flight = 0
+
+    def admit(self):
+        """None when a request is admitted (it is counted in flight until release()), else (limit, Retry-After
+        seconds, message) of the first limit it is over."""
+        now = clock()
+        window = WINDOW
+        if self.requests:
+            admitted, since = self.admitted, now - window
+            while admitted and admitted[0] <= since:
+                admitted.popleft()
+            if len(admitted) >= self.requests:  # one more is admitted when this one leaves the window
+                return ("requests_per_minute", wait(admitted[len(admitted) - self.requests] + window - now),
+                        "client %s is over its limit of %d requests a minute" % (self.name, self.requests))
+        if self.tokens:
+            self.expire(now - window)
+            if self.spent >= self.tokens:
+                left, until = self.spent, now + window
+                for at, tokens in self.answers:
+                    left -= tokens
+                    if left < self.tokens:
+                        until = at + window
+                        break
+                return ("tokens_per_minute", wait(until - now),
+                        "client %s is over its limit of %d tokens a minute" % (self.name, self.tokens))
+        if self.concurrent and self.in_flight >= self.concurrent:
+            return ("concurrent", 1,
+                    "client %s is over its limit of %d concurrent requests" % (self.name, self.concurrent))
+        if self.requests:
+            self.admitted.append(now)
+        self.in_flight += 1
+        return None
+
+    def expire(self, since):
+        answers = self.answers
+        while answers and answers[0][0] <= since:
+            self.spent -= answers.popleft()[1]
+
+    def release(self, usage):
+        """An admitted request finished (answered, failed, or its client left), with the usage of its answer."""
+        self.in_flight -= 1
+        if not self.tokens or not usage:
+            return
+        try:
+            tokens = int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
+        except (TypeError, ValueError):
+            return
+        if tokens > 0:
+            now = clock()
+            self.expire(now - WINDOW)
+            self.answers.append((now, tokens))
+            self.spent += tokens
+
+
+def wait(seconds):
+    """Retry-After: whole seconds, at least 1."""
+    return max(1, int(math.ceil(seconds)))
+
+
+def client_of(headers, header="x-llm-client"):
     """The client key name from the request's headers (names in lower case), "unknown" when it is not one."""
-    name = (headers.get("x-llm-client") or "").strip()
+    name = (headers.get(header) or "").strip()
     return name if CLIENT_RE.fullmatch(name) else "unknown"
 
 
@@ -184,7 +341,7 @@ class Dechunker:
 class Tap:
     """The listeners, the counters and the pool of idle router connections of one tap (all on one event loop)."""
 
-    def __init__(self, loop, upstream, usage, retry, pool_size):
+    def __init__(self, loop, upstream, usage, retry, pool_size, clients=None):
         self.loop = loop
         self.host, port = upstream.rsplit(":", 1)
         self.port = int(port)
@@ -194,6 +351,14 @@ class Tap:
         self.pool = {}  # idle Upstream -> None, the newest last (dicts keep order)
         self.clients = {}  # open Downstream -> None
         self.servers = []
+        # load_clients()'s content, or None: no limits, no priority header
+        self.header = (clients["header"] if clients else CLIENT_HEADER).lower()
+        self.priority_header = clients["priority_header"] if clients else None
+        self.priorities = dict((name, entry["priority"]) for name, entry in clients["clients"].items()
+                               if entry["priority"]) if self.priority_header else {}
+        self.limiters = dict((name, Limiter(name, entry["limits"])) for name, entry in clients["clients"].items()
+                             if entry["limits"]) if clients else {}
+        self.dropped = HOP_BY_HOP | {"expect"} | ({self.priority_header.lower()} if self.priority_header else set())
 
     def idle(self):
         """An idle router connection from the pool, or None."""
@@ -388,6 +553,9 @@ class Downstream(asyncio.Protocol):
         self.body = None
         self.tail = b""
         self.found = None
+        self.client = None
+        self.limiter = None  # the admitted request's Limiter, released when it is counted
+        self.held = False  # the next pipelined request waits for more() (after an answer of the tap's own)
 
     # ---- the client's side
     def connection_made(self, transport):
@@ -396,7 +564,7 @@ class Downstream(asyncio.Protocol):
 
     def data_received(self, data):
         self.buffer = self.buffer + data if self.buffer else data
-        if not self.busy:
+        if not self.busy and not self.held:
             self.read()
         elif len(self.buffer) > READ_AHEAD and self.reading:
             self.reading = False
@@ -428,6 +596,16 @@ class Downstream(asyncio.Protocol):
         self.writing = True
         if self.up is not None:
             self.up.pause(False)
+        if self.held:
+            self.tap.loop.call_soon(self.more)
+
+    def more(self):
+        """The next pipelined request after an answer of the tap's own (a refusal): read on a later turn of the
+        loop, not recursively, and only while the client takes its answers."""
+        if self.held and self.writing and not self.closed:
+            self.held = False
+            if not self.busy:
+                self.read()
 
     def read(self):
         """Reads the next request from the buffer, and sends it on once it is complete."""
@@ -492,18 +670,31 @@ class Downstream(asyncio.Protocol):
         self.head = self.dechunker = self.body = None
         self.busy = True
         self.named = named
-        self.counted = target.split("?", 1)[0] in COUNTED
-        body, self.stream, self.asked = prepare(target, body) if self.counted else (body, False, True)
+        tap = self.tap
         connection = named.get("connection", "").lower()
         self.http11 = version == "HTTP/1.1"
         self.keep = "close" not in connection if self.http11 else "keep-alive" in connection
         self.head_only = method == "HEAD"
         self.status, self.found, self.tail, self.reused = None, None, b"", False
+        self.counted = counted = target.split("?", 1)[0] in COUNTED
+        client = self.client = client_of(named, tap.header) if counted or tap.priority_header else None
+        if counted and tap.limiters:
+            limiter = tap.limiters.get(client)
+            refused = limiter.admit() if limiter is not None else None
+            if refused:
+                self.limited(*refused)
+                return
+            self.limiter = limiter
+        body, self.stream, self.asked = prepare(target, body) if counted else (body, False, True)
+        dropped = tap.dropped
         lines = ["%s %s HTTP/1.1" % (method, target)]
-        lines += ["%s: %s" % (name, value) for name, value in fields
-                  if name.lower() not in HOP_BY_HOP and name.lower() != "expect"]
+        lines += ["%s: %s" % (name, value) for name, value in fields if name.lower() not in dropped]
+        if tap.priority_header:  # the client's class is the file's, never what the client sent
+            priority = tap.priorities.get(client)
+            if priority:
+                lines.append("%s: %s" % (tap.priority_header, priority))
         if "host" not in named:
-            lines.append("Host: %s:%d" % (self.tap.host, self.tap.port))
+            lines.append("Host: %s:%d" % (tap.host, tap.port))
         lines.append("Content-Length: %d\r\n\r\n" % len(body))
         self.request = "\r\n".join(lines).encode("latin-1") + body
         upstream = self.tap.idle()
@@ -511,6 +702,18 @@ class Downstream(asyncio.Protocol):
             self.attach(upstream, True)
         else:
             self.task = self.tap.loop.create_task(self.connect())
+
+    def limited(self, limit, retry_after, message):
+        """A request over a limit of its client: a 429 of the tap's own, counted, never sent to the router."""
+        self.tap.usage.refuse(self.client, limit)
+        body = json.dumps({"error": {"type": "rate_limit_error", "code": limit + "_exceeded", "message": message,
+                                     "param": None}}).encode()
+        close = b"" if self.keep else b"Connection: close\r\n"
+        self.transport.write(b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+                             b"Retry-After: %d\r\nContent-Length: %d\r\n%s\r\n%s"
+                             % (retry_after, len(body), close, b"" if self.head_only else body))
+        self.status = 429
+        self.done(True)
 
     async def connect(self):
         """A new router connection; one the router refuses (it restarts) is retried for --retry-seconds."""
@@ -640,8 +843,9 @@ class Downstream(asyncio.Protocol):
         self.done()
         self.transport.abort()  # the client sees a cut answer
 
-    def done(self):
-        """The answer went out: it is counted, and the next request read."""
+    def done(self, own=False):
+        """The answer went out: it is counted, and the next request read (after an answer of the tap's own, own:
+        on a later turn of the loop, see more())."""
         self.busy = False
         self.count(self.status)
         self.tail, self.body, self.named = b"", None, None
@@ -652,12 +856,21 @@ class Downstream(asyncio.Protocol):
             self.reading = True
             self.transport.resume_reading()
         if self.buffer:
-            self.read()
+            if not own:
+                self.read()
+                return
+            self.held = True
+            if self.writing:
+                self.tap.loop.call_soon(self.more)
 
     def count(self, code):
         if self.counted:
             self.counted = False
-            self.tap.usage.count(client_of(self.named), code, self.found if isinstance(self.found, dict) else None)
+            usage = self.found if isinstance(self.found, dict) else None
+            limiter, self.limiter = self.limiter, None
+            if limiter is not None:  # first: a request seen counted in the series has left the limits too
+                limiter.release(usage)
+            self.tap.usage.count(self.client, code, usage)
 
 
 async def answer_metrics(usage, reader, writer):
@@ -678,10 +891,10 @@ async def answer_metrics(usage, reader, writer):
         writer.close()
 
 
-async def start(listen, upstream, metrics, retry=0.0, backlog=4096, upstream_pool=1024):
-    """The tap's and its metrics' listeners on the running loop; returns the Tap."""
+async def start(listen, upstream, metrics, retry=0.0, backlog=4096, upstream_pool=1024, clients=None):
+    """The tap's and its metrics' listeners on the running loop; returns the Tap. clients: see serve()."""
     loop = asyncio.get_running_loop()
-    tap = Tap(loop, upstream, Usage(), retry, upstream_pool)
+    tap = Tap(loop, upstream, Usage(), retry, upstream_pool, load_clients(clients) if clients is not None else None)
     host, port = listen.rsplit(":", 1)
     tap.servers.append(await loop.create_server(lambda: Downstream(tap), host, int(port), backlog=backlog))
     host, port = metrics.rsplit(":", 1)
@@ -705,13 +918,14 @@ class Listener:
 class Running:
     """A tap on an event loop of its own, in a thread of its own (serve())."""
 
-    def __init__(self, listen, upstream, metrics, retry, backlog, upstream_pool):
+    def __init__(self, listen, upstream, metrics, retry, backlog, upstream_pool, clients=None):
+        clients = load_clients(clients) if clients is not None else None  # a bad one before any thread starts
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         try:
             self.tap = asyncio.run_coroutine_threadsafe(
-                start(listen, upstream, metrics, retry, backlog, upstream_pool), self.loop).result(30)
+                start(listen, upstream, metrics, retry, backlog, upstream_pool, clients), self.loop).result(30)
         except BaseException:
             self.loop.call_soon_threadsafe(self.loop.stop)
             raise
@@ -734,9 +948,11 @@ class Running:
             self.loop.call_soon_threadsafe(listener.server.close)
 
 
-def serve(listen, upstream, metrics, retry=0.0, backlog=4096, upstream_pool=1024):
-    """Start the tap and its metrics listener on a loop in a thread; returns the two listeners (shutdown() each)."""
-    return Running(listen, upstream, metrics, retry, backlog, upstream_pool).listeners[:]
+def serve(listen, upstream, metrics, retry=0.0, backlog=4096, upstream_pool=1024, clients=None):
+    """Start the tap and its metrics listener on a loop in a thread; returns the two listeners (shutdown() each).
+    clients: the --clients file's content as a dict, or the path of such a file; None: no limits, no priority
+    header. A bad one raises ValueError (the message names the problem)."""
+    return Running(listen, upstream, metrics, retry, backlog, upstream_pool, clients).listeners[:]
 
 
 def main():
@@ -749,10 +965,20 @@ def main():
     parser.add_argument("--backlog", type=int, default=4096, help="listen backlog of the tap (default 4096)")
     parser.add_argument("--upstream-pool", type=int, default=1024,
                         help="idle keep-alive router connections kept for reuse (default 1024)")
+    parser.add_argument("--clients", metavar="FILE",
+                        help="JSON of the client key names' limits and priorities (without it: no limits, no "
+                             "priority header)")
     args = parser.parse_args()
+    clients = None
+    if args.clients:
+        try:
+            clients = load_clients(args.clients)
+        except ValueError as error:
+            parser.exit(2, "%s: --clients %s: %s\n" % (parser.prog, args.clients, error))
 
     async def run():
-        await start(args.listen, args.upstream, args.metrics, args.retry_seconds, args.backlog, args.upstream_pool)
+        await start(args.listen, args.upstream, args.metrics, args.retry_seconds, args.backlog, args.upstream_pool,
+                    clients)
         await asyncio.Event().wait()
 
     asyncio.run(run())

@@ -1,6 +1,6 @@
 """Prefill/decode disaggregation of the engine double (kimi_engine_double/disagg.py): by hand, and behind the real
-routers (SMG 1.13.0 for SGLang, vllm-router 0.1.17 for vLLM, from .venv-router, see requirements-router.txt). No Docker
-needed."""
+router (SMG 1.13.0 for SGLang and vLLM, from .venv-router, see requirements-router.txt; vLLM's workers from its
+discovery file, as the collection runs it). No Docker needed."""
 import json
 import os
 import socket
@@ -233,17 +233,17 @@ def test_vllm_two_instances_on_one_side_channel_port_fail(start):
 
 
 # ---- behind the real routers (.venv-router) ----------------------------------------------------------------
-ROUTERS = {"sglang": [os.path.join(ROUTER_VENV, "bin", "python"), "-m", "smg.launch_router", "--pd-disaggregation"],
-           "vllm": [os.path.join(ROUTER_VENV, "bin", "vllm-router"), "--vllm-pd-disaggregation",
-                    "--kv-connector", "nixl"]}
+# SMG 1.13.0, as the collection runs it (routers.py): SGLang's workers on its command line, vLLM's from its file
+# discovery provider's manifest, which gives each worker its KV connector.
+SMG = [os.path.join(ROUTER_VENV, "bin", "python"), "-m", "smg.launch_router", "--pd-disaggregation"]
 
 
-def router_missing(engine):
-    exe = ROUTERS[engine][0]
+def router_missing():
+    exe = SMG[0]
     if not os.access(exe, os.X_OK):
         return "no %s in %s: create it with `python3.12 -m venv .venv-router && .venv-router/bin/pip install -r " \
                "requirements-router.txt`" % (os.path.basename(exe), ROUTER_VENV)
-    if engine == "sglang" and subprocess.run([exe, "-c", "import smg"], capture_output=True, check=False).returncode:
+    if subprocess.run([exe, "-c", "import smg"], capture_output=True, check=False).returncode:
         return "smg is not installed in %s (pip install -r requirements-router.txt)" % ROUTER_VENV
     return None
 
@@ -257,21 +257,28 @@ def post_raw(url, body):
         return e.code, e.read().decode()
 
 
-@pytest.mark.parametrize("engine", ["sglang", "vllm"])
-def test_real_router_in_front_of_prefill_and_decode(start, tmp_path, engine):
-    reason = router_missing(engine)
-    if reason:
-        pytest.skip(reason)
-    if engine == "sglang":
-        prefill, decode, bport = sglang_pair(start)
-        prefill_arg = ["--prefill", "http://127.0.0.1:%d" % prefill.double.port, str(bport)]
-    else:
-        prefill, decode = vllm_pair(start, "kv_both", "kv_both")
-        prefill_arg = ["--prefill", "http://127.0.0.1:%d" % prefill.double.port]
-    port = free_port()
-    argv = ROUTERS[engine] + prefill_arg + [
-        "--decode", "http://127.0.0.1:%d" % decode.double.port, "--host", "127.0.0.1", "--port", str(port),
-        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
+def get_json(url):
+    try:
+        with urllib.request.urlopen(url, timeout=1) as answer:
+            return json.loads(answer.read()) if answer.status == 200 else None
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+
+
+def vllm_manifest(prefill, decode, connector="NixlConnector"):
+    """The discovery file routers.py (_smg_vllm) writes, for the two doubles."""
+    def worker(name, r, role):
+        return {"id": name, "url": "http://127.0.0.1:%d" % r.double.port, "worker_type": role,
+                "kv_connector": connector, "kv_role": "kv_both"}
+    return {"version": 1, "workers": [worker("p1", prefill, "prefill"), worker("d1", decode, "decode")]}
+
+
+def run_smg(tmp_path, workers_argv, count, prefill, decode):
+    """SMG in front of the doubles: waits as kimi_router waits (GET /workers lists `count` workers ready), sends one
+    chat request and one streamed; returns SMG's log and its Prometheus text."""
+    port, metrics = free_port(), free_port()
+    argv = SMG + workers_argv + [
+        "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics),
         "--worker-startup-check-interval", "1", "--worker-startup-timeout-secs", "20"]
     log = tmp_path / "router.log"
     with open(log, "wb") as out:
@@ -279,16 +286,14 @@ def test_real_router_in_front_of_prefill_and_decode(start, tmp_path, engine):
                                   env=dict(os.environ, HF_HUB_OFFLINE="1", NO_COLOR="1"))
     try:
         url = "http://127.0.0.1:%d" % port
-        # as kimi_router waits: until /v1/models answers through it (SMG registers its workers after it listens)
         for _attempt in range(300):
-            try:
-                with urllib.request.urlopen(url + "/v1/models", timeout=1) as answer:
-                    if answer.status == 200 and json.loads(answer.read()).get("data"):
-                        break
-            except (OSError, ValueError, urllib.error.URLError):
-                pass
+            listed = (get_json(url + "/workers") or {}).get("workers") or []
+            if len(set(w["url"] for w in listed if w.get("status") == "ready")) >= count:
+                break
             assert router.poll() is None, log.read_text(errors="replace")
             time.sleep(0.1)
+        else:
+            pytest.fail("SMG did not list %d workers ready: %s" % (count, log.read_text(errors="replace")))
         status, text = post_raw(url + "/v1/chat/completions", chat("What is 2+2?"))
         assert status == 200, text + log.read_text(errors="replace")
         assert json.loads(text)["choices"][0]["message"]["content"] == "4", text
@@ -298,21 +303,76 @@ def test_real_router_in_front_of_prefill_and_decode(start, tmp_path, engine):
         chunks = [json.loads(e) for e in events[:-1]]
         content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
         assert content == "6", text
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % metrics, timeout=5) as answer:
+            prometheus = answer.read().decode()
     finally:
         router.terminate()
-        router.wait(10)
+        router.wait(15)
+    return log.read_text(errors="replace"), prometheus
+
+
+def handoffs(prefill, decode):
+    """The NIXL handoffs the doubles logged: (prefill lines, decode lines), each naming remote_engine_id and
+    remote_block_ids (SMG sends no X-Request-Id, so the two sides' request ids differ: match on the ids)."""
     p_log, d_log = prefill.out.getvalue(), decode.out.getvalue()
-    if engine == "sglang":  # one room per request, named by both sides
-        rooms = [line.split("bootstrap_room=")[1].split(",")[0] for line in p_log.splitlines()
-                 if "Prefill done" in line]
-        assert len(rooms) == 2, p_log
-        for room in rooms:
-            assert "Decode: bootstrap_room=%s KV received from 127.0.0.1:%d" % (room, bport) in d_log
-    else:  # vllm-router's X-Request-Id names the request on both sides, with the engine id and block ids
-        lines = [line for line in p_log.splitlines() if "prefilled" in line]
-        assert len(lines) == 2, p_log
-        for line in lines:
-            rid = line.split("Request ")[1].split(" ")[0]
-            ids = line.split(": ", 1)[1].split(" kept")[0]
-            assert rid.startswith("chatcmpl-___prefill_addr_127.0.0.1:%d___decode_addr_" % prefill.double.port)
-            assert "Request %s: KV received from localhost:" % rid in d_log and ids in d_log
+    prefilled = [line for line in p_log.splitlines() if "prefilled" in line]
+    received = [line for line in d_log.splitlines() if "KV received from localhost:%d" % prefill.double.disagg.side_port
+                in line]
+    return prefilled, received
+
+
+@pytest.fixture
+def smg():
+    reason = router_missing()
+    if reason:
+        pytest.skip(reason)
+
+
+def test_smg_in_front_of_sglang_prefill_and_decode(start, tmp_path, smg):
+    prefill, decode, bport = sglang_pair(start)
+    run_smg(tmp_path, ["--prefill", "http://127.0.0.1:%d" % prefill.double.port, str(bport),
+                       "--decode", "http://127.0.0.1:%d" % decode.double.port], 2, prefill, decode)
+    p_log, d_log = prefill.out.getvalue(), decode.out.getvalue()
+    rooms = [line.split("bootstrap_room=")[1].split(",")[0] for line in p_log.splitlines() if "Prefill done" in line]
+    assert len(rooms) == 2, p_log  # one room per request, named by both sides
+    for room in rooms:
+        assert "Decode: bootstrap_room=%s KV received from 127.0.0.1:%d" % (room, bport) in d_log
+
+
+def test_smg_in_front_of_vllm_prefill_and_decode_hands_the_kv_over_with_nixl(start, tmp_path, smg):
+    prefill, decode = vllm_pair(start, "kv_both", "kv_both")
+    manifest = tmp_path / "pd-workers.json"
+    manifest.write_text(json.dumps(vllm_manifest(prefill, decode)))
+    log, prometheus = run_smg(tmp_path, ["--discovery-provider", "file", "--discovery-file", str(manifest)], 2,
+                              prefill, decode)
+    prefilled, received = handoffs(prefill, decode)
+    # the prefill got do_remote_decode (else it logs no "prefilled ... kept for the decode"), and the decode got the
+    # prefill's kv_transfer_params: the same engine id and block ids, from the prefill's side channel
+    assert len(prefilled) == 2 and len(received) == 2, (prefilled, received, log)
+    for line in prefilled:
+        ids = line.split(": ", 1)[1].split(" kept")[0]
+        assert ids.startswith("remote_engine_id=%s remote_block_ids=" % prefill.double.disagg.engine_id), line
+        assert any(ids in r for r in received), (ids, received)
+    assert 'smg_pd_kv_connector_mode_total{mode="nixl"} 2' in prometheus, prometheus
+    assert 'smg_pd_kv_connector_mode_total{mode="passthrough"}' not in prometheus
+
+
+@pytest.mark.parametrize("manifest_kind", ["no connector", "plain --prefill/--decode"])
+def test_smg_without_the_connector_routes_vllm_as_passthrough_and_no_kv_is_handed_over(
+        start, tmp_path, smg, manifest_kind):
+    """What the discovery file prevents: SMG answers 200 either way, but without a worker's kv_connector the prefill
+    gets no kv_transfer_params and the decode recomputes the prompt. The handoff checks above would fail here."""
+    prefill, decode = vllm_pair(start, "kv_both", "kv_both")
+    if manifest_kind == "no connector":
+        manifest = vllm_manifest(prefill, decode)
+        for worker in manifest["workers"]:
+            del worker["kv_connector"]
+        path = tmp_path / "pd-workers.json"
+        path.write_text(json.dumps(manifest))
+        workers_argv = ["--discovery-provider", "file", "--discovery-file", str(path)]
+    else:
+        workers_argv = ["--prefill", "http://127.0.0.1:%d" % prefill.double.port,
+                        "--decode", "http://127.0.0.1:%d" % decode.double.port]
+    _log, prometheus = run_smg(tmp_path, workers_argv, 2, prefill, decode)
+    assert handoffs(prefill, decode) == ([], [])
+    assert 'smg_pd_kv_connector_mode_total{mode="passthrough"} 2' in prometheus, prometheus

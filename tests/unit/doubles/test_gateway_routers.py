@@ -14,7 +14,7 @@ import pytest
 
 import test_engine_double
 from test_engine_double import chat, free_port
-from test_engine_double_pd import ROUTER_VENV, post_raw, router_missing
+from test_engine_double_pd import ROUTER_VENV, post_raw
 
 cache, start = test_engine_double.cache, test_engine_double.start  # its fixtures: HF cache, in-process doubles
 
@@ -25,6 +25,14 @@ from module_runner import run_module  # noqa: E402
 MODULE = os.path.join(REPO, "plugins", "modules", "gateway_workers.py")
 ROUTERS = {"smg": ([os.path.join(ROUTER_VENV, "bin", "python"), "-m", "smg.launch_router"], "id"),
            "vllm-router": ([os.path.join(ROUTER_VENV, "bin", "vllm-router")], "url")}
+
+
+def router_missing(router):
+    """Why the router cannot run here, or None."""
+    exe = ROUTERS[router][0][0]
+    if not os.access(exe, os.X_OK):
+        return "no %s: make router-client (requirements-router.txt into %s)" % (exe, ROUTER_VENV)
+    return None
 
 
 def served(double):
@@ -38,7 +46,7 @@ def gateway(start, tmp_path):
     routers = []
 
     def _start(router, engine, envs=({}, {})):
-        reason = router_missing("sglang" if router == "smg" else "vllm")
+        reason = router_missing(router)
         if reason:
             pytest.skip(reason)
         doubles = [start(engine, env=env) for env in envs]

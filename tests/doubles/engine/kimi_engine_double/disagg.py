@@ -1,15 +1,16 @@
 """Prefill/decode disaggregation of the engine double, as the real routers drive it (see README "Disaggregation").
 
-SGLang (`--disaggregation-mode prefill|decode`): sglang-router sends the same request to the prefill and the decode
-at once, with `bootstrap_host`/`bootstrap_port`/`bootstrap_room`. The prefill serves a bootstrap HTTP server on
-`--disaggregation-bootstrap-port` (GET /route: its parallel info, as sglang/srt/disaggregation/common/conn.py) and
+SGLang (`--disaggregation-mode prefill|decode`): SMG (as sglang-router 0.3.2 before it) sends the same request to the
+prefill and the decode at once, with `bootstrap_host`/`bootstrap_port`/`bootstrap_room`. The prefill serves a
+bootstrap HTTP server on `--disaggregation-bootstrap-port` (GET /route: its parallel info, as sglang/srt/disaggregation/common/conn.py) and
 keeps the prompt's KV for the room; the decode asks the prefill's /route, checks the layout, then pulls the room's
 KV (the double's stand-in for mooncake/nixl: GET /kv/<room> on the bootstrap server, polled until it is there).
 
-vLLM (`--kv-transfer-config '{"kv_connector": "NixlConnector", "kv_role": ...}'`): vllm-router sends the request to
-the prefill first with `kv_transfer_params: {"do_remote_decode": true, ...}` and `max_tokens: 1`; the prefill
-answers with `kv_transfer_params` (`do_remote_prefill`, `remote_engine_id`, `remote_block_ids`, `remote_host`,
-`remote_port`, ...) which the router passes to the decode. The side channel (VLLM_NIXL_SIDE_CHANNEL_PORT, default
+vLLM (`--kv-transfer-config '{"kv_connector": "NixlConnector", "kv_role": ...}'`): SMG (its worker's kv_connector
+NixlConnector, from its discovery file) or vllm-router sends the request to the prefill first with
+`kv_transfer_params: {"do_remote_decode": true, ...}` and `max_tokens: 1`; the prefill answers with
+`kv_transfer_params` (`do_remote_prefill`, `remote_engine_id`, `remote_block_ids`, `remote_host`, `remote_port`, ...)
+which the router passes to the decode. The side channel (VLLM_NIXL_SIDE_CHANNEL_PORT, default
 5600) is an HTTP server here: GET /meta (the handshake: engine id and what the compatibility hash covers) and
 GET /kv/<request id> (the double's stand-in for the NIXL read).
 """

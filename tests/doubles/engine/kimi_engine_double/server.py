@@ -8,7 +8,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from . import answers, disagg, flags, hfcache, kernels, metrics, png, rendezvous, speculative, trtllm
+from . import answers, disagg, flags, hfcache, kernels, metrics, png, rendezvous, slots, speculative, trtllm
 
 READY_LINE = {"sglang": "The server is fired up and ready to roll!", "vllm": "Application startup complete.",
               "trtllm": "Application startup complete."}
@@ -82,6 +82,8 @@ class EngineDouble:
         self.disagg = None  # prefill/decode disaggregation (disagg.py)
         self.speculative = None  # speculative decoding (speculative.py)
         self.compile_phase = None  # the kernel compile at start-up (kernels.py): off, cached, compiled, stopped
+        self.slots = None  # KIMI_DOUBLE_SLOTS: at most n requests generate at once, the rest wait FIFO (slots.py)
+        self.token_seconds = 0.0  # KIMI_DOUBLE_TOKEN_SECONDS: the time each generated token takes
         self.created = int(time.time())
 
     # ---- logging, in each engine's style -------------------------------------------------------------
@@ -113,6 +115,11 @@ class EngineDouble:
                 problems.append("engine double: bad %s=%r (use %s)" % (
                     name, self.env.get(name), "a number from 0 to 1" if kind == "usage" else "a whole number >= 0"))
         problems += answers.knob_problems(self.env)
+        try:
+            n, self.token_seconds = slots.knobs(self.env)
+            self.slots = slots.Slots(n) if n else None
+        except ValueError as e:
+            problems.append(str(e))
         try:
             kernels.seconds(self.env)
         except kernels.Problem as e:
@@ -379,10 +386,15 @@ class EngineDouble:
         if model_only:
             return model
         info = dict(self.args.defaults or {}, **self.args.values)
+        types = {spec.get("dest"): spec.get("type") for spec in (flags.load_flags("sglang").get("options") or {}).values()
+                 if isinstance(spec, dict)}
+        info = {k: _typed(types.get(k), v) for k, v in info.items()}  # ServerArgs holds ints as ints: a router parses
         info.update(model, served_model_name=self.names[0], host=self.host, port=self.port,
                     tp_size=int(self.args.get("tp_size") or 1), dp_size=int(self.args.get("dp_size") or 1),
                     disaggregation_mode=self.args.get("disaggregation_mode") or "null",
                     version=flags.version(self.engine))
+        if self.slots:  # the engine's running-batch limit, as SGLang reports --max-running-requests (a router sums it)
+            info["max_running_requests"] = self.slots.n
         return info
 
     def metrics(self):
@@ -397,10 +409,16 @@ class EngineDouble:
                        for ec, eh in self.engines]
             spec = self.speculative.snapshot() if self.speculative else None
         queue = metrics.knob(self.env, "KIMI_DOUBLE_QUEUE", "queue") or 0  # a bad value stopped the start-up
+        waiting = self.waiting()  # KIMI_DOUBLE_SLOTS: the requests waiting for a slot are queued, not running
+        queue, c["running"] = queue + waiting, max(c["running"] - waiting, 0)
         usage = metrics.knob(self.env, "KIMI_DOUBLE_KV_USAGE", "usage") or 0.0
         return metrics.render(self.engine, self.names[0], c, hist, queue, usage, self.created,
                               bool((self.args.llm_args or {}).get("enable_iter_perf_stats")), spec,
                               metrics.offload_tier(self.engine, self.args), engines)
+
+    def waiting(self):
+        """The requests waiting for a slot (KIMI_DOUBLE_SLOTS; 0 without it)."""
+        return self.slots.waiting() if self.slots else 0
 
     def loader(self):
         """The weight loader the arguments ask for, in words (None: the engine's default): vLLM --load-format and
@@ -437,7 +455,7 @@ class EngineDouble:
         interval), SGLang's decode batch line with `accept len` / `accept rate` (every decode log interval)."""
         if self.engine == "vllm":
             return self.log(spec, "metrics.py")
-        queue = metrics.knob(self.env, "KIMI_DOUBLE_QUEUE", "queue") or 0
+        queue = (metrics.knob(self.env, "KIMI_DOUBLE_QUEUE", "queue") or 0) + self.waiting()
         usage = metrics.knob(self.env, "KIMI_DOUBLE_KV_USAGE", "usage") or 0.0
         self.log("Decode batch, #running-req: %d, #token: %d, token usage: %.2f, accept len: %.2f, accept rate: %.2f, "
                  "#queue-req: %d [engine double]" % (
@@ -447,10 +465,12 @@ class EngineDouble:
         """trtllm /metrics: the JSON iteration stats since the last call ([] unless enable_iter_perf_stats)."""
         if not (self.args.llm_args or {}).get("enable_iter_perf_stats"):
             return []
-        c, queue = self.counters, metrics.knob(self.env, "KIMI_DOUBLE_QUEUE", "queue") or 0
+        c, waiting = self.counters, self.waiting()
+        queue = (metrics.knob(self.env, "KIMI_DOUBLE_QUEUE", "queue") or 0) + waiting
         used = int(round((metrics.knob(self.env, "KIMI_DOUBLE_KV_USAGE", "usage") or 0.0) * 1000))  # of 1000 blocks
-        return [{"iter": c["requests"], "iterLatencyMS": 1.0, "numActiveRequests": c["running"],
-                 "numQueuedRequests": queue, "maxNumActiveRequests": int(self.args.get("max_batch_size") or 2048),
+        return [{"iter": c["requests"], "iterLatencyMS": 1.0, "numActiveRequests": max(c["running"] - waiting, 0),
+                 "numQueuedRequests": queue, "maxNumActiveRequests": self.slots.n if self.slots else int(
+                     self.args.get("max_batch_size") or 2048),
                  "gpuMemUsage": 0, "cpuMemUsage": 0, "timestamp": time.strftime("%m-%d-%Y %H:%M:%S"),
                  "kvCacheStats": {"freeNumBlocks": 1000 - used, "maxNumBlocks": 1000, "usedNumBlocks": used,
                                   "tokensPerBlock": 32}}]
@@ -621,6 +641,23 @@ def _is_number(text):
         return False
 
 
+def _typed(kind, value):
+    """A server argument as SGLang's ServerArgs holds it: the int / float options as numbers (`--context-length 256k`
+    is human_readable_int), the rest as given (SMG's ServerInfo reads context_length, max_running_requests... as
+    numbers, and drops the whole /server_info when one is a string)."""
+    if not isinstance(value, str) or kind not in ("int", "float") and not str(kind).endswith("human_readable_int"):
+        return value
+    try:
+        if kind == "float":
+            return float(value)
+        if kind == "int":
+            return int(value)
+        mult = {"k": 1000, "m": 1000 ** 2, "g": 1000 ** 3}.get(value[-1:].lower(), 1)
+        return int(float(value[:-1] if mult > 1 else value) * mult)
+    except ValueError:
+        return value
+
+
 def _pieces(text):
     words = text.split(" ") if text else []
     return [w + (" " if i < len(words) - 1 else "") for i, w in enumerate(words)]
@@ -714,26 +751,40 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(code, plan)
             if pd:
                 e.disagg.end(pd, plan)
-            if not req.get("stream"):
-                first = time.time()  # the whole answer at once: its first token is there when it is made
-                self._send(200, e.completion_body(plan))
-                return e.record_latency(plan, started, first, time.time())
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-            self.send_header("Cache-Control", "no-cache")
-            self.end_headers()
-            include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
-            first = None
-            for i, item in enumerate(e.stream_chunks(plan, include_usage)):
-                self.wfile.write(("data: %s\n\n" % json.dumps(item)).encode())
-                self.wfile.flush()
-                if i == 1:  # the chunk after the role chunk carries the first token
-                    first = time.time()
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
-            self._access(200)
-            ended = time.time()
-            e.record_latency(plan, started, first or ended, ended)
+            if e.slots:  # KIMI_DOUBLE_SLOTS: wait for a slot (FIFO), hold it while the answer is generated
+                e.slots.acquire()
+            try:
+                self._generate(e, req, plan, started)
+            except (BrokenPipeError, ConnectionResetError):  # the client went away: the engine aborts the request
+                e.log("Abort request: the client disconnected [engine double]")
+            finally:
+                if e.slots:
+                    e.slots.release()
         finally:
             with e.lock:
                 e.counters["running"] -= 1
+
+    def _generate(self, e, req, plan, started):
+        """Send the answer, each generated token taking KIMI_DOUBLE_TOKEN_SECONDS (streamed as it goes)."""
+        if not req.get("stream"):
+            slots.generate(e.token_seconds, plan["usage"]["completion_tokens"])
+            first = time.time()  # the whole answer at once: its first token is there when it is made
+            self._send(200, e.completion_body(plan))
+            return e.record_latency(plan, started, first, time.time())
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+        include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
+        first = None
+        for i, item in enumerate(e.stream_chunks(plan, include_usage)):
+            slots.generate(e.token_seconds, slots.chunk_tokens(item))
+            self.wfile.write(("data: %s\n\n" % json.dumps(item)).encode())
+            self.wfile.flush()
+            if i == 1:  # the chunk after the role chunk carries the first token
+                first = time.time()
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+        self._access(200)
+        ended = time.time()
+        e.record_latency(plan, started, first or ended, ended)

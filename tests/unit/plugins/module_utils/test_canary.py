@@ -1,6 +1,6 @@
 """_canary and _prometheus: a canary's figures from the engines' own Prometheus text (the engine double writes the
 pinned engines' series, tests/doubles/engine/kimi_engine_double/metrics.py) and the gateway routers' per-worker
-outcomes (as sglang-router 0.3.2 and vllm-router 0.1.17 write them, observed in tests/unit/doubles), and the decision
+outcomes (as SMG 1.13.0 and vllm-router 0.1.17 write them, observed in tests/unit/doubles), and the decision
 with the figure that decided. The module's defaults are the site inputs' (one declaration)."""
 import os
 import sys

@@ -76,8 +76,9 @@ def test_every_engine_gets_smg_cache_aware_the_key_name_its_tenant(engine, extra
     assert gateway["workers_api"]["remove_by"] == "id"
     # Caddy -> the usage tap -> the router, all on loopback
     assert gateway["site"]["upstream"] == "127.0.0.1:30091" and gateway["site"]["https_port"] == 8443
-    assert gateway["usage_argv"][:8] == ["--listen", "127.0.0.1:30091", "--upstream", "127.0.0.1:30090",
-                                         "--metrics", "127.0.0.1:29011", "--retry-seconds", "10"]
+    assert gateway["usage_argv"] == ["--listen", "127.0.0.1:30091", "--upstream", "127.0.0.1:30090",
+                                     "--metrics", "127.0.0.1:29011", "--retry-seconds", "10",
+                                     "--clients", "/etc/kimi-k26-gateway/clients.json"]
     assert [r["path"] for r in gateway["site"]["metrics_routes"]] == ["/metrics/caddy", "/metrics/gateway",
                                                                       "/metrics/usage"]
     assert any("must stay private" in w for w in gateway["warnings"])
@@ -105,9 +106,10 @@ def test_a_client_keys_priority_and_limits_become_smgs_classes_and_the_taps_limi
     assert "--priority-scheduler-enabled" in gateway["command"]
     assert gateway["command"][-1] == "/etc/kimi-k26-gateway/priority.yaml"
     assert gateway["priority_config"]["path"] == "/etc/kimi-k26-gateway/priority.yaml"
-    assert gateway["priority_config"]["content"].splitlines()[1:] == ["tenant_policies:",
-                                                           '  "header:chat": {max_class: interactive}',
-                                                           '  "header:etl": {max_class: bulk}']
+    lines = gateway["priority_config"]["content"].splitlines()
+    assert lines[1] == "classes:" and lines[3].startswith("  interactive: {reserved_floor: 0, reserved_per_slot: 0.75,")
+    assert lines[lines.index("tenant_policies:"):] == ["tenant_policies:", '  "header:chat": {max_class: interactive}',
+                                                       '  "header:etl": {max_class: bulk}']
     content = gateway["clients_config"]["content"]
     assert content["header"] == "X-LLM-Client" and content["priority_header"] == "x-smg-priority"
     assert content["clients"] == {

@@ -1,6 +1,7 @@
-"""Prefill/decode disaggregation in the deployment model (_pd, _routers): each role's argv and the router's, for
-1P1D and 2P2D, NVIDIA (SGLang mooncake/nixl, vLLM NIXL, TensorRT-LLM UCX) and Ascend (SGLang ascend, vLLM-Ascend
-Mooncake), every flag checked against the pinned lists (the engines' and the routers'), and the refusals."""
+"""Prefill/decode disaggregation in the deployment model (_pd, _routers): each role's argv and the router's (and
+its config file), for 1P1D and 2P2D, NVIDIA (SGLang mooncake/nixl and vLLM NIXL behind SMG, TensorRT-LLM UCX behind
+trtllm-serve disaggregated) and Ascend (SGLang ascend behind SMG, vLLM-Ascend Mooncake behind vllm-router), every
+flag checked against the pinned lists (the engines' and the routers'), and the refusals."""
 import json
 import os
 import sys
@@ -82,15 +83,45 @@ def test_one_host_without_rdma_means_nixl_for_all_and_mooncake_is_refused_then()
         resolve(H200x8, "int4", "sglang", "p1", hosts, transfer_backend="mooncake")
 
 
-def test_vllm_uses_nixl_kv_transfer_config_and_vllm_router():
+def test_vllm_uses_nixl_kv_transfer_config_and_smg_with_each_workers_connector_in_its_discovery_file():
     dep = resolve(H200x8, "int4", "vllm", "d1", members("prefill", "decode"))
     assert json.loads(arg(dep["argv"], "--kv-transfer-config")) == {"kv_connector": "NixlConnector",
                                                                     "kv_role": "kv_both"}
     assert dep["container_env"]["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "10.0.0.12"
-    assert dep["pd"]["router"]["command"][:8] == [
-        "vllm-router", "--vllm-pd-disaggregation", "--prefill", "http://10.0.0.11:30000",
-        "--decode", "http://10.0.0.12:30000", "--kv-connector", "nixl"]
-    assert dep["pd"]["router"]["version"] == "0.1.17"
+    router = dep["pd"]["router"]
+    assert (router["name"], router["version"], router["package"]) == ("smg", "1.13.0", "smg")
+    # the file discovery provider: the only start-up way to give SMG each worker's KV connector; plain
+    # --prefill/--decode would route vLLM as passthrough (no KV handoff)
+    assert router["command"] == [
+        "smg", "launch", "--pd-disaggregation", "--discovery-provider", "file",
+        "--discovery-file", "/etc/kimi-k26/pd-workers.json",
+        "--host", "127.0.0.1", "--port", "30080", "--prometheus-host", "127.0.0.1", "--prometheus-port", "29000"]
+    assert "--prefill" not in router["argv"] and "--decode" not in router["argv"]
+    assert (router["config_path"], router["config_format"]) == ("/etc/kimi-k26/pd-workers.json", "json")
+    assert router["config"] == {"version": 1, "workers": [
+        {"id": "p1", "url": "http://10.0.0.11:30000", "worker_type": "prefill", "kv_connector": "NixlConnector",
+         "kv_role": "kv_both"},
+        {"id": "d1", "url": "http://10.0.0.12:30000", "worker_type": "decode", "kv_connector": "NixlConnector",
+         "kv_role": "kv_both"}]}
+    assert "NixlConnector" in router["why"]
+    # the manifest's model_id would replace the model name SMG sends upstream: left out
+    assert all("model_id" not in w for w in router["config"]["workers"])
+
+
+def test_vllm_2p2d_lists_every_instance_head_once_in_the_discovery_file():
+    hosts = members("prefill", "prefill", "decode", "decode")
+    hosts[0]["replica"] = hosts[1]["replica"] = "r1"
+    workers = resolve(H200x8, "int4", "vllm", "d1", hosts)["pd"]["router"]["config"]["workers"]
+    assert [(w["id"], w["worker_type"]) for w in workers] == [("p1", "prefill"), ("d1", "decode"), ("d2", "decode")]
+
+
+def test_smg_refuses_a_vllm_connector_it_would_route_as_passthrough(monkeypatch):
+    from ansible_collections.kimi.deploy.plugins.module_utils._engines import routers
+    monkeypatch.setattr(routers, "SMG_VLLM_CONNECTORS", ("MooncakeConnector",))
+    with pytest.raises(DeploymentError, match=r"kimi_pd pd1: SMG 1.13.0 hands the KV cache over between vLLM's "
+                                              r"prefill and decode only with MooncakeConnector, and prefill p1 runs "
+                                              r"NixlConnector"):
+        resolve(H200x8, "int4", "vllm", "d1", members("prefill", "decode"))
 
 
 def test_ascend_sglang_uses_the_ascend_backend_and_vllm_ascend_mooncake_v1():
@@ -106,8 +137,10 @@ def test_ascend_sglang_uses_the_ascend_backend_and_vllm_ascend_mooncake_v1():
     assert [c["engine_id"] for c in configs] == ["0", "1", "2", "3"]
     assert {c["kv_connector"] for c in configs} == {"MooncakeConnectorV1"}
     assert configs[0]["kv_connector_extra_config"]["prefill"] == {"dp_size": 4, "tp_size": 4}  # seed 004's layout
-    assert "--kv-connector" in dep["pd"]["router"]["argv"] and arg(dep["pd"]["router"]["argv"], "--kv-connector") == \
-        "mooncake"
+    # vLLM-Ascend stays behind vllm-router: SMG routes a connector it does not know (MooncakeConnectorV1) as passthrough
+    router = dep["pd"]["router"]
+    assert router["name"] == "vllm-router" and arg(router["argv"], "--kv-connector") == "mooncake"
+    assert "MooncakeConnectorV1" in router["why"] and router["config"] is None and router["config_path"] is None
 
 
 def test_trtllm_context_and_generation_servers_with_the_ucx_transceiver_behind_trtllm_serve_disaggregated():
@@ -139,19 +172,22 @@ def test_every_role_command_parses_with_the_engine_double_against_its_pinned_lis
         assert args.get("disaggregation_mode") or args.get("kv_transfer_config")
 
 
-PD_ROUTERS = {"smg": "sglang", "vllm-router": "vllm"}  # the venv routers in front of a PD deployment
+# The venv routers in front of a PD deployment, with the engine builds each one serves (and the hardware of each).
+PD_ROUTERS = {("smg", "sglang"): (H200x8, "int4", "sglang"), ("smg", "sglang-ascend"): (A3x16, "w4a8", "sglang"),
+              ("smg", "vllm"): (H200x8, "int4", "vllm"), ("vllm-router", "vllm-ascend"): (A3x16, "w4a8", "vllm")}
 
 
 def test_the_pd_routers_above_are_the_engines():
     from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import ENGINES
-    used = set(e["disaggregation"]["router"] for e in ENGINES.values() if e.get("disaggregation"))
-    assert set(PD_ROUTERS) == set(n for n in used if ROUTERS[n]["install"] == "venv")
+    used = set((e["disaggregation"]["router"], key) for key, e in ENGINES.items() if e.get("disaggregation"))
+    assert set(PD_ROUTERS) == set(u for u in used if ROUTERS[u[0]]["install"] == "venv")
 
 
-@pytest.mark.parametrize("name", sorted(PD_ROUTERS))
-def test_every_router_option_the_collection_emits_is_in_the_pinned_router_list(name):
-    engine = PD_ROUTERS[name]
-    dep = resolve(H200x8, "int4", engine, "d1", members("prefill", "prefill", "decode"))
+@pytest.mark.parametrize("name, build", sorted(PD_ROUTERS))
+def test_every_router_option_the_collection_emits_is_in_the_pinned_router_list(name, build):
+    gpus, quant, engine = PD_ROUTERS[(name, build)]
+    dep = resolve(gpus, quant, engine, "d1", members("prefill", "prefill", "decode"))
+    assert (dep["engine_build"], dep["pd"]["router"]["name"]) == (build, name)
     index = option_index(ROUTERS[name]["options"])
     options = [a for a in dep["pd"]["router"]["argv"] if a.startswith("--")]
     assert options and all(o in index for o in options)
@@ -177,6 +213,11 @@ def test_router_extra_args_are_read_as_its_parser_reads_them_and_managed_ones_re
         resolve(H200x8, "int4", "sglang", "d1", hosts, router_extra_args=["--no-such"])
     with pytest.raises(DeploymentError, match=r"invalid|not allowed"):
         resolve(H200x8, "int4", "vllm", "d1", hosts, router_extra_args=["--pd-disaggregation"])
+    # SMG's workers are the collection's either way it names them: no worker without its connector next to the file
+    for extra in (["--prefill", "http://x:1"], ["--discovery-file", "/tmp/w.json"], ["--worker-urls", "http://x:1"]):
+        with pytest.raises(DeploymentError, match=r"kimi_pd_router_extra_args='%s' is not allowed: %s is set by the "
+                                                  r"collection" % (extra[0], extra[0])):
+            resolve(H200x8, "int4", "vllm", "d1", hosts, router_extra_args=extra)
 
 
 @pytest.mark.parametrize("hosts, pd, message", [
