@@ -13,8 +13,8 @@ __metaclass__ = type
 
 from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import GB
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
-    Arg, data_parallel, model, multi_node, nvfp4, pd_kv_transfer_config, pipelined, quantization, reasoning_parser,
-    tool_parser, worker)
+    Arg, data_parallel, model, multi_node, nvfp4, otlp_url, pd_kv_transfer_config, pipelined, quantization,
+    reasoning_parser, tool_parser, traced, worker)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.vllm_0_22_1 import OPTIONS as V0_22_1
 from ansible_collections.kimi.deploy.plugins.module_utils._model.kv_offload import kv_offload_value, kv_offloaded
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.vllm_0_33_0 import OPTIONS as V0_33_0
@@ -224,6 +224,8 @@ ENGINE = {
         # The KV host tier (kimi_kv_offload): the backend and the replica's total in GiB.
         Arg("--kv-offloading-backend", "kv_offload", value="native", when=kv_offloaded),
         Arg("--kv-offloading-size", "kv_offload_gb", kv_offload_value, when=kv_offloaded),
+        # Traces (kimi_otlp_endpoint): vLLM's OTLP/gRPC exporter (vllm/tracing; its wheel requires opentelemetry).
+        Arg("--otlp-traces-endpoint", "otlp_endpoint", otlp_url, when=traced),
         # Speculative decoding (kimi_speculative); the --spec-* shorthands of the same config are the collection's too.
         Arg("--speculative-config", "speculative", spec_config, when=speculative),
         Arg("--spec-method", "speculative", when=never),

@@ -18,8 +18,8 @@ import json
 
 from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import GB, GIB
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
-    Arg, data_parallel, data_parallel_local, data_parallel_start_rank, model, multi_node, pd_kv_transfer_config,
-    reasoning_parser, tool_parser, worker)
+    Arg, data_parallel, data_parallel_local, data_parallel_start_rank, model, multi_node, otlp_url,
+    pd_kv_transfer_config, reasoning_parser, tool_parser, traced, worker)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.vllm import SPECULATIVE as VLLM_SPECULATIVE
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.vllm_0_20_2 import OPTIONS as VLLM_0_20_2
 from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import spec_config, speculative
@@ -145,6 +145,7 @@ ENGINE = {
         Arg("--tool-call-parser", value=tool_parser, when=tool_parser),
         Arg("--enable-auto-tool-choice", when=tool_parser),
         Arg("--reasoning-parser", value=reasoning_parser, when=reasoning_parser),
+        Arg("--otlp-traces-endpoint", "otlp_endpoint", otlp_url, when=traced),  # kimi_otlp_endpoint
         Arg("--mm-encoder-tp-mode", value="data"),
         Arg("--gpu-memory-utilization", "mem_fraction"),
         Arg("--max-model-len", "context_length"),

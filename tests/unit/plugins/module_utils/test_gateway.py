@@ -194,3 +194,27 @@ def test_the_model_reads_the_gateway_defaults_from_the_role():
     with open(os.path.join(root, "roles", "kimi_gateway", "defaults", "main.yml")) as handle:
         defaults = yaml.safe_load(handle)
     assert dict((key, defaults[variable]) for key, variable in VARIABLES.items()) == SETTINGS
+
+
+@pytest.mark.parametrize("engine, extra, options", [
+    ("sglang", {}, ["--enable-trace", "--otlp-traces-endpoint", "otel.internal:4317"]),
+    ("vllm", {}, ["--otlp-traces-endpoint", "http://otel.internal:4317"]),
+    ("trtllm", {"quant": "nvfp4", "kimi_nvfp4_revision": SHA}, ["--otlp_traces_endpoint", "http://otel.internal:4317"]),
+])
+def test_kimi_otlp_endpoint_turns_on_smgs_and_each_engines_own_trace_options(engine, extra, options):
+    hostvars = hosts(engine, kimi_otlp_endpoint="otel.internal:4317", **extra)
+    instances = fleet(hostvars, gpus=B200)
+    for instance in instances:
+        argv = instance["deployment"]["argv"]
+        at = argv.index(options[-2])
+        assert argv[at - len(options) + 2:at + 2] == options, argv
+    gateway = resolve_gateway("gw", instances, dict(SETTINGS, otlp_endpoint="otel.internal:4317"))
+    assert gateway["command"][-3:] == ["--enable-trace", "--otlp-traces-endpoint", "otel.internal:4317"]
+    assert gateway["otlp_endpoint"] == "otel.internal:4317"
+    # unset: no trace option anywhere
+    quiet = fleet(hosts(engine, **extra), gpus=B200)
+    assert not any("otlp" in a for i in quiet for a in i["deployment"]["argv"])
+    assert "--enable-trace" not in resolve_gateway("gw", quiet, SETTINGS)["command"]
+    # the collection's options: not in the extra args
+    with pytest.raises(DeploymentError, match=r"kimi_gateway_router_extra_args='--enable-trace' is not allowed"):
+        resolve_gateway("gw", quiet, dict(SETTINGS, extra_args=["--enable-trace"]))
