@@ -110,7 +110,7 @@ async def serve_double(port, tokens, interval):
             while True:
                 head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
                 method, target = head[0].split(" ")[:2]
-                headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in head[1:])}
+                headers = {k.strip().lower(): v.strip() for k, sep, v in (line.partition(":") for line in head[1:]) if sep}
                 body = b""
                 if headers.get("transfer-encoding", "").lower() == "chunked":
                     while True:
@@ -267,8 +267,8 @@ async def client_stream(i, level, target, opts):
     while not level.stopping:
         if conn is None or conn.closed:
             try:
-                _, conn = await asyncio.wait_for(loop.create_connection(
-                    lambda: Stream(level), "127.0.0.1", port, ssl=tls, server_hostname=host if tls else None), 10)
+                conn = (await asyncio.wait_for(loop.create_connection(
+                    lambda: Stream(level), "127.0.0.1", port, ssl=tls, server_hostname=host if tls else None), 10))[1]
                 level.conns.append(conn)
             except (OSError, asyncio.TimeoutError) as error:
                 level.fail("connect: %s" % type(error).__name__)

@@ -91,7 +91,7 @@ def gateway(start, tmp_path):
         if reason:
             pytest.skip(reason)
         env = {"KIMI_DOUBLE_SLOTS": str(SLOTS), "KIMI_DOUBLE_TOKEN_SECONDS": str(TOKEN_SECONDS)}
-        doubles = [start("sglang", env=env) for _ in range(2)]
+        doubles = [start("sglang", env=env) for index in range(2)]
         port = free_port()
         argv = [SMG, "-m", "smg.launch_router", "--worker-urls"] + [
             "http://127.0.0.1:%d" % d.double.port for d in doubles] + [
@@ -189,7 +189,7 @@ def test_interactive_ttft_holds_under_a_batch_flood_only_with_the_priority_sched
                 flood["done"] += 1
             else:
                 flood["failed"].append(status)
-    threads = [threading.Thread(target=etl, daemon=True) for _ in range(FLOOD)]
+    threads = [threading.Thread(target=etl, daemon=True) for index in range(FLOOD)]
     try:
         for t in threads:
             t.start()
