@@ -345,12 +345,16 @@ def cpu_snapshot(pids):
 class Procs:
     """Every process the run starts, each in its own session so that a kill takes its children too."""
 
-    def __init__(self, logs):
-        self.logs, self.started = logs, []
+    def __init__(self, logs, gateway_cpus=None):
+        self.logs, self.started, self.gateway_cpus = logs, [], gateway_cpus
 
-    def start(self, role, argv, env=None):
+    def start(self, role, argv, env=None, gateway=False):
+        """gateway: a process of the gateway's path (Caddy, a tap, a router), on --pin's gateway cores if given (taskset
+        sets them before it starts, so that every thread it spawns inherits them); the rest inherit the client's."""
         name = os.path.join(self.logs, role.replace(" ", "-") + ".log")
         log = open(name, "ab")  # pylint: disable=consider-using-with
+        if gateway and self.gateway_cpus:
+            argv = ["taskset", "--cpu-list", ",".join(str(c) for c in sorted(self.gateway_cpus))] + list(argv)
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         log.close()
         self.started.append((role, proc))
@@ -573,6 +577,17 @@ def machine():
     return "%d cores, %.0f GiB" % (os.cpu_count(), mem)
 
 
+def cpu_list(text):
+    """'0-3,8' -> {0, 1, 2, 3, 8}."""
+    cpus = set()
+    for part in text.split(","):
+        first, _sep, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    if not cpus <= set(range(os.cpu_count())):
+        raise ValueError(text)
+    return cpus
+
+
 def start_parts(procs, opts, run, notes):
     """Doubles, routers, taps and Caddy for the paths asked; returns (targets, pids per role)."""
     py = os.path.realpath(sys.executable)
@@ -598,7 +613,7 @@ def start_parts(procs, opts, run, notes):
         argv = [os.path.join(venv(package, version), argv[0])] + argv[1:]
         pids[name] = [procs.start(name, argv + ["--worker-urls"] + workers + [
             "--policy", "cache_aware", "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
-            "--prometheus-port", str(free_port())]).pid]
+            "--prometheus-port", str(free_port())], gateway=True).pid]
         wait_for(name, lambda p=port: smoke("127.0.0.1", p, None, {}))
     targets["smg"] = [("127.0.0.1", routers.get("smg"), None, "")]
     if not need & {"whole", "before"}:
@@ -619,7 +634,7 @@ def start_parts(procs, opts, run, notes):
     env = dict(os.environ, HOME=caddy_home, XDG_DATA_HOME=os.path.join(caddy_home, "data"),
                XDG_CONFIG_HOME=os.path.join(caddy_home, "config"))
     pids["caddy"] = [procs.start("caddy", [caddy_binary(), "run", "--config", os.path.join(run, "Caddyfile"),
-                                           "--adapter", "caddyfile"], env=env).pid]
+                                           "--adapter", "caddyfile"], env=env, gateway=True).pid]
     root_crt = os.path.join(caddy_home, "data", "caddy", "pki", "authorities", "local", "root.crt")
     wait_for("Caddy's internal CA", lambda: os.path.exists(root_crt))
     tls = ssl.create_default_context(cafile=root_crt)
@@ -633,7 +648,7 @@ def start_parts(procs, opts, run, notes):
         # The asyncio tap's options; an older tap has neither.
         argv += ["--backlog", "4096"] if "--backlog" in usage else []
         argv += ["--upstream-pool", "1024"] if "--upstream-pool" in usage else []
-        pids[role] = [procs.start(role, argv).pid]
+        pids[role] = [procs.start(role, argv, gateway=True).pid]
         return procs.started[-1][1]
 
     for (path, (role, _router, _port)), (site, _upstream) in zip(taps.items(), sites):
@@ -674,6 +689,9 @@ def main():
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results",
                                                       "gateway-%s.json" % datetime.date.today().isoformat()),
                         help="the JSON file; the PNG goes beside it")
+    parser.add_argument("--pin", metavar="GATEWAY:LOAD",
+                        help="CPU lists (e.g. 1:0 or 8-15:0-7): the gateway's processes (Caddy, taps, routers) on the "
+                             "first, the client and the doubles on the second, as on a gateway host of its own")
     parser.add_argument("--serve-double", type=int, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.serve_double:
@@ -690,7 +708,16 @@ def main():
     run = os.path.join(CACHE, "run")
     shutil.rmtree(run, ignore_errors=True)
     os.makedirs(run)
-    procs, notes, rows = Procs(run), [], []
+    gateway_cpus = None
+    if opts.pin:
+        try:
+            gateway_cpus, load_cpus = (cpu_list(part) for part in opts.pin.split(":"))
+        except ValueError:
+            parser.error("--pin takes GATEWAY:LOAD CPU lists, e.g. 1:0")
+        os.sched_setaffinity(0, load_cpus)  # the client, and the doubles it starts
+    procs, notes, rows = Procs(run, gateway_cpus), [], []
+    if opts.pin:
+        notes.append("pinned: gateway on CPUs %s, client and doubles on %s" % tuple(opts.pin.split(":")))
     try:
         targets, pids = start_parts(procs, opts, run, notes)
         print("parts: %s; logs in %s" % ("; ".join(notes), run), flush=True)

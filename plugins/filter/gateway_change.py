@@ -14,7 +14,8 @@ author: kimi.deploy contributors
 description:
   - "Says what the router did, read from the module's result (its worker list before and after), not what was asked -
     C(removed <url>), C(added <url>), C(did not list <url>) (nothing to take out: the instance is not a worker of it, or
-    is known there by another URL), C(listed it already), or C(not running yet) (a first deployment)."
+    is known there by another URL), C(set the slots of <url>) (a listed worker given its max_running_requests label),
+    C(listed it already), or C(not running yet) (a first deployment)."
   - "kimi_switch's gateway step says it per gateway, so a switch's output shows a removal only where one happened."
 options:
   _input:
@@ -49,9 +50,11 @@ def gateway_change(result):
     if result.get("router_down"):
         return "not running yet (nothing to change)"
     parts = []
-    for key, words in (("removed", "removed"), ("added", "added"), ("not_listed", "did not list")):
-        if result.get(key):
-            parts.append("%s %s" % (words, ", ".join(result[key])))
+    relabelled = [u for u in result.get("labelled") or [] if u not in (result.get("added") or [])]
+    for words, urls in (("removed", result.get("removed")), ("added", result.get("added")),
+                        ("set the slots of", relabelled), ("did not list", result.get("not_listed"))):
+        if urls:
+            parts.append("%s %s" % (words, ", ".join(urls)))
     return ", ".join(parts) or "listed it already"
 
 

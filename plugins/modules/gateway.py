@@ -64,7 +64,8 @@ EXAMPLES = r"""
 RETURN = r"""
 gateway:
   description: The resolved gateway (router, title, version, why, policy, workers, port, metrics_port, https_port,
-    url, command, served_model_name, verify_checks, site, warnings).
+    url, command, served_model_name, verify_checks, site, warnings); each worker with its url, host, identity and
+    max_running_requests (its slots for SMG's priority scheduler, or null where the engine reports its own).
   returned: success
   type: dict
 """

@@ -20,7 +20,9 @@ description:
   - V(present) - each worker not listed is added, and the module waits until the router lists every one as healthy
     (after the instance passed verify).
   - V(listed) - adds nothing; waits until the router answers and lists every worker as healthy (after a start).
-  - Changed when a worker was added or removed. In check mode it says what it would do and changes nothing.
+  - V(present) and V(listed) also give each worker its O(max_running_requests) label where SMG lists it without that
+    value (C(PATCH /workers/<id>)), and wait until SMG lists it with it.
+  - Changed when a worker was added, removed or labelled. In check mode it says what it would do and changes nothing.
 version_added: 0.1.0
 author: kimi.deploy maintainers (@kimi-deploy)
 options:
@@ -46,6 +48,17 @@ options:
     type: str
     choices: [absent, present, listed]
     default: present
+  max_running_requests:
+    description:
+      - Worker URL -> the requests its engine runs at once (the fleet gateway's C(workers[].max_running_requests)),
+        given to SMG as the worker's C(max_running_requests) label - its slots in SMG's priority scheduler, whose pool
+        is their sum. SMG reads that count only off SGLang's C(/server_info) and counts any other worker as 64 slots.
+      - A worker added gets it with C(POST /workers); a listed worker without it (one from the router's
+        C(--worker-urls) after a start, or with another value) gets it with C(PATCH /workers/<id>), which SMG applies
+        in place, the worker staying in the rotation (no restart, no removal). A null count leaves the label alone (an
+        SGLang worker's own); a router that lists no worker ids (vllm-router) has no such label and ignores it.
+    type: dict
+    default: {}
   timeout:
     description: Seconds to wait for the router to apply the change (or, for V(listed), to list every worker).
     type: int
@@ -70,7 +83,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 workers:
-  description: The router's workers after the change, as [{url, healthy}].
+  description: The router's workers after the change, as [{url, healthy, max_running_requests}] (the label, or
+    null).
   returned: when the router answered
   type: list
   elements: dict
@@ -81,6 +95,11 @@ added:
   returned: always
 removed:
   description: The workers removed.
+  type: list
+  elements: str
+  returned: always
+labelled:
+  description: The workers given their O(max_running_requests) label (added with it, or updated).
   type: list
   elements: str
   returned: always
@@ -125,13 +144,31 @@ def call(base, method, path, body=None):
         return error.code, error.read().decode("utf-8", "replace")
 
 
+LABEL = "max_running_requests"  # SMG's worker label for its slots (model_gateway/src/worker/worker.rs)
+
+
 def listed(base):
-    """{url: {"id", "healthy"}} of the router's workers."""
+    """{url: {"id", "healthy", "slots"}} of the router's workers; slots: SMG's max_running_requests label, or None."""
     status, text = call(base, "GET", "/workers")
     if status != 200:
         raise RouterError("GET /workers answered %d: %s" % (status, text[:300]))
     workers = json.loads(text).get("workers") or []
-    return dict((w["url"], {"id": w.get("id"), "healthy": w.get("is_healthy", True)}) for w in workers)
+    return dict((w["url"], {"id": w.get("id"), "healthy": w.get("is_healthy", True),
+                            "slots": (w.get("labels") or {}).get(LABEL)}) for w in workers)
+
+
+def unlabelled(current, counts):
+    """The listed workers SMG counts otherwise than `counts` says (only a router that lists worker ids takes labels)."""
+    return [u for u, n in sorted(counts.items()) if u in current and current[u]["id"] and current[u]["slots"] != str(n)]
+
+
+def label(base, current, urls, counts):
+    """PATCH each worker's label; SMG rebuilds the worker with it in place (update_worker_properties.rs)."""
+    for url in urls:
+        key = current[url]["id"]
+        status, text = call(base, "PATCH", "/workers/" + quote(key, safe=""), {"labels": {LABEL: str(counts[url])}})
+        if status not in (200, 202, 204):
+            raise RouterError("PATCH /workers/%s answered %d: %s" % (key, status, text[:300]))
 
 
 def wait(base, until, timeout, what):
@@ -154,6 +191,7 @@ def main():
             remove_by=dict(type="str", default="auto", choices=["auto", "id", "url"]),
             workers=dict(type="list", elements="str", required=True),
             state=dict(type="str", default="present", choices=["absent", "present", "listed"]),
+            max_running_requests=dict(type="dict", default={}),
             timeout=dict(type="int", default=60),
             router_down=dict(type="str", default="fail", choices=["fail", "skip"]),
         ),
@@ -161,7 +199,12 @@ def main():
     )
     p = module.params
     base, wanted, state = p["router_url"], p["workers"], p["state"]
-    out = dict(changed=False, added=[], removed=[], not_listed=[], router_down=False)
+    try:
+        counts = dict((u, int(n)) for u, n in p["max_running_requests"].items() if n is not None and u in wanted)
+    except (TypeError, ValueError):
+        module.fail_json(msg="max_running_requests takes a whole number (or null) per worker URL, got %r"
+                         % p["max_running_requests"])
+    out = dict(changed=False, added=[], removed=[], not_listed=[], labelled=[], router_down=False)
     try:
         if state == "listed":
             deadline = time.time() + p["timeout"]
@@ -195,13 +238,27 @@ def main():
                 out["added"] = [u for u in wanted if u not in current]
                 if not module.check_mode:
                     for url in out["added"]:
-                        status, text = call(base, "POST", "/workers", {"url": url})
+                        body = {"url": url}
+                        if url in counts:  # SMG registers the worker with it: counted right from the start
+                            body["labels"] = {LABEL: str(counts[url])}
+                        status, text = call(base, "POST", "/workers", body)
                         if status not in (200, 201, 202):
                             raise RouterError("POST /workers %s answered %d: %s" % (url, status, text[:300]))
                     current = wait(base, lambda c: all(u in c and c[u]["healthy"] for u in wanted), p["timeout"],
                                    "list %s as healthy" % ", ".join(wanted))
-        out["changed"] = bool(out["added"] or out["removed"])
-        out["workers"] = [{"url": u, "healthy": w["healthy"]} for u, w in sorted(current.items())]
+        if state != "absent":
+            # a worker of --worker-urls (after a start) has no label: SMG applies the PATCH in the background
+            stale = unlabelled(current, counts)
+            if stale and not module.check_mode:
+                label(base, current, stale, counts)
+                current = wait(base, lambda c: not unlabelled(c, counts), p["timeout"],
+                               "list %s with its %s label" % (", ".join(stale), LABEL))
+            # said from the router's list (a router without labels, vllm-router, lists none): added with it, or given it
+            out["labelled"] = sorted(set(stale) | set(u for u in out["added"] if u in counts and (
+                module.check_mode or current[u]["slots"] == str(counts[u]))))
+        out["changed"] = bool(out["added"] or out["removed"] or out["labelled"])
+        out["workers"] = [{"url": u, "healthy": w["healthy"], "max_running_requests": w["slots"]}
+                          for u, w in sorted(current.items())]
     except (URLError, OSError) as error:
         if p["router_down"] == "skip" and state != "listed":
             out["router_down"] = True

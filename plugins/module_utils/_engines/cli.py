@@ -218,3 +218,23 @@ def check_extra(table, label, managed, extra, field="extra_args"):
         check_values(table, label, dest, name, spelling, given, field)
         argv.extend([spelling] if equals or implied is not None else [name] + given)
     return argv
+
+
+def option_value(table, argv, dest):
+    """The value checked extra args (check_extra's argv) give `dest`, the last one winning as in argparse and click;
+    None when they do not set it."""
+    index = option_index(table)
+    value = None
+    for position, element in enumerate(argv):
+        if _looks_like_value(element):
+            continue
+        name, equals, rest = OPTION_RE.match(element).groups()
+        if name.startswith("--") and table["underscores"]:
+            name = name.replace("_", "-")
+        if index.get(name, (None,))[0] != dest:
+            continue
+        if equals:
+            value = rest
+        elif position + 1 < len(argv) and _looks_like_value(argv[position + 1]):
+            value = argv[position + 1]
+    return value

@@ -16,7 +16,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.kimi.deploy.plugins.module_utils._engines.cli import check_extra, option_index
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.cli import check_extra, option_index, option_value
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.sglang import ENGINE as SGLANG
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.trtllm import ENGINE as TRTLLM
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.sglang_ascend import ENGINE as SGLANG_ASCEND
@@ -36,6 +36,7 @@ for _key, _spec in ENGINES.items():
     _spec.setdefault("container_shm_bytes", None)
     _spec.setdefault("attention_tp", None)
     _spec.setdefault("kernel_cache", None)
+    _spec.setdefault("slots", None)
 ENGINE_NAMES = tuple(sorted(set(spec["name"] for spec in ENGINES.values())))
 
 
@@ -257,6 +258,17 @@ def engine_argv(deployment):
     for arg in spec["args"]:
         argv.extend(arg.render(deployment))
     return argv + list(deployment["extra_args"])
+
+
+def engine_slots(deployment):
+    """The requests the engine of a resolved deployment (its engine_config and extra args included) runs at once, for a
+    router that cannot ask it (SMG reads only SGLang's /server_info max_running_requests): the engine data's `slots`,
+    given the value kimi_engine_extra_args set for an option (by dest), or None where the engine reports its own or the
+    count is not known."""
+    key = deployment["engine_build"]
+    table = options(key, deployment["engine_version"])
+    rule = ENGINES[key]["slots"]
+    return rule(deployment, lambda dest: option_value(table, deployment["extra_args"], dest)) if rule else None
 
 
 def command_for(deployment):

@@ -80,6 +80,14 @@ ROUTERS = {
         # --prefill in kimi_pd_router_extra_args next to the discovery file would add a worker without its connector).
         "pd_reserved": ("--prefill", "--decode", "--worker-urls", "--discovery-provider", "--discovery-file",
                         "--service-discovery"),
+        # As the fleet gateway: each client key's name is its tenant, read from the header Caddy sets (--trust-tenant-
+        # header, never forwarded to a worker); its priority scheduler admits a request by the class in
+        # priority_header (clamped to the tenant's max_class in the config file); its traces go to an OTLP/gRPC
+        # collector at host:port, with the W3C trace context of the request (tracing).
+        "tenants": {"trust": ("--trust-tenant-header",), "header": "--tenant-header-name",
+                    "scheduler": ("--priority-scheduler-enabled",), "scheduler_config": "--priority-scheduler-config",
+                    "priority_header": "x-smg-priority"},
+        "tracing": {"enable": ("--enable-trace",), "endpoint": "--otlp-traces-endpoint"},
     },
     # vLLM-Ascend's prefill/decode only (MooncakeConnectorV1, which SMG 1.13.0 does not know: _smg_vllm).
     "vllm-router": {

@@ -80,6 +80,17 @@ def config_defaults(deployment):
     }
 
 
+def slots(deployment, _given):
+    """The requests trtllm-serve runs at once: max_batch_size of its config (the YAML wins over --max_batch_size),
+    per pipeline stage (PyTorchModelEngine.get_max_num_sequences), and per rank with attention data parallel (the
+    executor admits tp_size x max_num_active_requests: py_executor.py _fetch_new_requests)."""
+    config = deployment["engine_config"]
+    if not config.get("max_batch_size"):  # kimi_trtllm_options max_batch_size: null leaves it to the engine
+        return None
+    per_rank = deployment["tp"] if config.get("enable_attention_dp") else 1
+    return int(config["max_batch_size"]) * deployment["pp"] * per_rank
+
+
 VERSION_1_3_0RC17 = {
     "options": V1_3_0RC17,
     "llm_args": {"class": CLASS_1_3_0RC17, "extra": EXTRA_1_3_0RC17, "keys": LLM_ARGS_1_3_0RC17,
@@ -175,6 +186,8 @@ ENGINE = {
     # files (approximate) whose speculative_config records one member of the union, DraftTargetDecodingConfig:
     # EAGLE-3's keys (decoding_type Eagle3, speculative_model_dir, max_draft_len) are not in it.
     "kernel_cache": KERNEL_CACHE,
+    # What it runs at once (SMG's priority scheduler counts it per worker: TensorRT-LLM reports none to it).
+    "slots": slots,
     # The KV host tier (_model/kv_offload.py, kimi_kv_offload): kv_cache_config.host_cache_size, bytes of host memory
     # for each rank's secondary block pool, where evicted reusable blocks go and are onboarded back (the pinned
     # release's TorchLlmArgs schema, plugins/module_utils/_engines/flags/trtllm_1_3_0rc17.py, KvCacheConfig

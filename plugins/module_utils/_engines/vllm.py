@@ -108,6 +108,27 @@ KERNEL_CACHE = {
     "sources": "vllm/envs.py, vllm/compilation/backends.py, flashinfer/jit/env.py, triton/knobs.py",
 }
 
+# vLLM's default --max-num-seqs for `vllm serve` (EngineArgs.get_batch_defaults, vllm/engine/arg_utils.py; read in
+# 0.10-0.11, not in the pinned wheels): 1024 on a device of 70 GiB or more that is not an A100, else 256, and never
+# more than --max-num-batched-tokens (its default is larger than either).
+BATCH_DEFAULT_MIB = 70 * 1024
+
+
+def slots(deployment, given):
+    """The requests a vLLM API server runs at once: --max-num-seqs (kimi_engine_extra_args, else vLLM's default for
+    the host's accelerators; None without their facts) for each data-parallel rank, each rank's scheduler holding its
+    own."""
+    seqs = given("max_num_seqs")
+    if seqs is None:
+        hardware = deployment["hardware"]
+        if not hardware or not hardware["vram_min_mib"]:
+            return None
+        large = hardware["vram_min_mib"] >= BATCH_DEFAULT_MIB and not any("a100" in m.lower()
+                                                                          for m in hardware["models"])
+        seqs = min(1024 if large else 256, int(given("max_num_batched_tokens") or 1024))
+    return int(seqs) * deployment["dp"]
+
+
 ENGINE = {
     "name": "vllm",
     "serving_metrics": SERVING_METRICS,
@@ -190,6 +211,8 @@ ENGINE = {
     "speculative": SPECULATIVE,
     "kernel_cache": KERNEL_CACHE,
     "kv_offload": KV_OFFLOAD,
+    # What one API server runs at once (SMG's priority scheduler counts it per worker: vLLM reports none to it).
+    "slots": slots,
     "args": (
         Arg("--model", "quant", model, positional=True),  # `vllm serve <model>`
         Arg("--tensor-parallel-size", "tp"),

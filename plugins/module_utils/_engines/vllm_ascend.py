@@ -23,7 +23,7 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.vllm import SPECULATIVE as VLLM_SPECULATIVE
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.vllm_0_20_2 import OPTIONS as VLLM_0_20_2
 from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import spec_config, speculative
-from ansible_collections.kimi.deploy.plugins.module_utils._engines.vllm import SERVING_METRICS
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.vllm import SERVING_METRICS, slots
 
 # Kernel caches (_model/kernel_cache.py): vLLM's own VLLM_CACHE_ROOT (vllm/envs.py; vllm-ascend runs vLLM's
 # compilation under it) and TORCHINDUCTOR_CACHE_DIR. The torchair / ACL graph caches of vllm-ascend were not read in
@@ -132,6 +132,7 @@ ENGINE = {
                       "reported: register_kv_caches finds no Attention layer among the MLA layers, "
                       "vllm-project/vllm-ascend#7971, open), and seed 004's Kimi-K2.6 guide serves without it",
     "kernel_cache": KERNEL_CACHE,
+    "slots": slots,  # vLLM's rule (_engines/vllm.py), the NPUs' memory standing for the GPUs'
     "args": (
         Arg("--model", "quant", model, positional=True),
         Arg("--quantization", "quant", value="ascend"),

@@ -26,8 +26,8 @@ from ansible_collections.kimi.deploy.plugins.module_utils._model.accelerators im
 from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import (
     CHECKPOINTS, KV_ELEMENT, MAX_CONTEXT, QUANTS)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import (
-    ENGINE_NAMES, ENGINES, build_of, builds_of, check_extra_args, command_for, engine_argv, engine_config, managed,
-    parser_name, pinned_image, select_version)
+    ENGINE_NAMES, ENGINES, build_of, builds_of, check_extra_args, command_for, engine_argv, engine_config, engine_slots,
+    managed, parser_name, pinned_image, select_version)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import options as eng_options
 from ansible_collections.kimi.deploy.plugins.module_utils._model.cost import check_costs, hour_cost
 from ansible_collections.kimi.deploy.plugins.module_utils._model.kv_offload import resolve_kv_offload
@@ -673,6 +673,10 @@ def _commands(inputs, deployment, r):
     key, version, spec, pd = r["key"], r["version"], r["spec"], deployment["pd"]
     deployment["engine_config"] = engine_config(key, version, deployment, r["user_options"])
     deployment["engine_config_path"] = spec["config_path"] if deployment["engine_config"] is not None else None
+    # The requests the engine runs at once, from its options (never declared apart), for a router that cannot ask it:
+    # the fleet gateway registers it as the worker's max_running_requests. None: the engine reports it (SGLang) or
+    # it is not known here.
+    deployment["max_running_requests"] = engine_slots(deployment)
     if r["speculative"]:  # the speculative flags alone, in this engine's form, for the plan
         r["speculative"]["flags"] = [token for arg in spec["args"] if (arg.field or "").startswith("speculative")
                                      for token in arg.render(deployment)]

@@ -51,10 +51,11 @@ CLIENT_HEADER = "X-LLM-Client"
 PRIORITY_CLASS = {"interactive": "interactive", "batch": "bulk"}  # a client's priority -> SMG's scheduler class
 # SMG's classes, every one listed (a listed class replaces only its own defaults, and the defaults - system 32 slots,
 # interactive 128 or 25% - are sized for fleets of hundreds of slots). The slots are the fleet's (the workers'
-# max_running_requests, summed), counted fleet-wide: interactive reserves 75% of them, so batch holds at most a quarter
-# and round robin finds a free slot for an interactive request on any instance; nothing preempts (a batch stream is
-# never cut off with a 503), and batch waits in its queue without being promoted over interactive
-# (tests/unit/doubles/test_gateway_priority.py measures it with the real SMG).
+# max_running_requests, summed: SGLang's from its /server_info, vLLM's and TensorRT-LLM's the label the workers are
+# registered with, each worker's max_running_requests below), counted fleet-wide: interactive reserves 75% of them, so
+# batch holds at most a quarter and round robin finds a free slot for an interactive request on any instance; nothing
+# preempts (a batch stream is never cut off with a 503), and batch waits in its queue without being promoted over
+# interactive (tests/unit/doubles/test_gateway_priority.py measures it with the real SMG).
 PRIORITY_CLASSES = (
     ("system", (("reserved_floor", 0), ("reserved_per_slot", 0.0), ("queue_size", 64), ("queue_timeout_secs", 30),
                 ("starvation_threshold_secs", 5), ("can_preempt", False))),
@@ -68,11 +69,19 @@ PRIORITY_CLASSES = (
 CONFIG_DIR = "/etc/kimi-k26-gateway"
 PRIORITY_CONFIG = CONFIG_DIR + "/priority.yaml"
 CLIENTS_CONFIG = CONFIG_DIR + "/clients.json"
-TENANT_OPTIONS = ("--trust-tenant-header", "--tenant-header-name", "--priority-scheduler-enabled",
-                  "--priority-scheduler-config")
-TRACE_OPTIONS = ("--enable-trace", "--otlp-traces-endpoint")  # SMG's: OTLP/gRPC to host:port, W3C trace context
-OWNERS.update((option, "caddy_proxy_clients") for option in TENANT_OPTIONS)
-OWNERS.update((option, "kimi_otlp_endpoint") for option in TRACE_OPTIONS)
+
+
+def _options(part):
+    """Every option of a router's tenants or tracing data (its flags and the options that take a value)."""
+    return tuple(o for v in (part or {}).values() for o in (v if isinstance(v, tuple) else (v,)) if o.startswith("--"))
+
+
+# A gateway router's tenant and trace options are the collection's (kimi_gateway_router_extra_args may not set them):
+# each router's own, from its data (_engines/routers.py: tenants, tracing; a router without them has neither).
+TENANT_OPTIONS = dict((r, _options(ROUTERS[r].get("tenants"))) for r in GATEWAY_ROUTERS)
+TRACE_OPTIONS = dict((r, _options(ROUTERS[r].get("tracing"))) for r in GATEWAY_ROUTERS)
+OWNERS.update((option, "caddy_proxy_clients") for r in GATEWAY_ROUTERS for option in TENANT_OPTIONS[r])
+OWNERS.update((option, "kimi_otlp_endpoint") for r in GATEWAY_ROUTERS for option in TRACE_OPTIONS[r])
 WHY_POLICY = {
     "cache_aware": "cache_aware: the router keeps a radix tree of the prompts each instance has seen and sends a "
                    "request to the instance that holds the longest prefix of it (long agentic sessions reuse their "
@@ -148,9 +157,13 @@ def resolve_gateway(host, instances, settings, warnings=None):
             fail("host", address, ["the host's address on the fleet's network (kimi_fleet_address)"],
                  "%s's engine must listen where the gateway %s reaches it" % (instance["host"], host))
         url = _url(address, deployment["port"])
+        # max_running_requests: SMG's label for the worker's slots (its priority scheduler's pool is their sum), which
+        # SMG reads only off SGLang's /server_info and otherwise counts as 64; kimi.deploy.gateway_workers registers
+        # it. None: the engine reports its own, or its count is not known.
         workers.append({"host": instance["host"], "url": url, "identity": deployment["identity"],
                         "engine_build": deployment["engine_build"], "metrics_url": url + deployment["metrics_path"],
-                        "serving_metrics": deployment["serving_metrics"]})
+                        "serving_metrics": deployment["serving_metrics"],
+                        "max_running_requests": deployment.get("max_running_requests")})
     # The routers' own health checks take a dead instance out (their default: a check a minute, out after three
     # failures - three minutes of retries against it); the circuit breaker and retries cover the moments between.
     interval = check_int("kimi_gateway_health_interval", settings.get("health_interval"), 1, 3600)
@@ -160,17 +173,22 @@ def resolve_gateway(host, instances, settings, warnings=None):
             "--health-check-interval-secs", str(interval), "--health-failure-threshold", str(failures)])
     tenants = _tenants(settings.get("clients"))
     priority = None
-    if name == "smg":
+    tenancy, tracing = router.get("tenants"), router.get("tracing")
+    classed = [t["name"] for t in tenants if t["priority"]]
+    if classed and not tenancy:
+        fail("kimi_gateway_router", name, [r for r in GATEWAY_ROUTERS if ROUTERS[r].get("tenants")],
+             "caddy_proxy_clients give %s a priority class, and %s %s has no priority admission"
+             % (", ".join(classed), router["title"], router["version"]))
+    if tenancy:
         # the tenant is the key's name (the scheduler's per-tenant series name it); a priority class per key
-        argv += ["--trust-tenant-header", "--tenant-header-name", CLIENT_HEADER]
-        if any(t["priority"] for t in tenants):
+        argv += list(tenancy["trust"]) + [tenancy["header"], CLIENT_HEADER]
+        if classed:
             priority = priority_config(tenants)
-            argv += ["--priority-scheduler-enabled", "--priority-scheduler-config", PRIORITY_CONFIG]
-        if not is_unset(settings.get("otlp_endpoint")):
-            argv += ["--enable-trace", "--otlp-traces-endpoint", settings["otlp_endpoint"]]
+            argv += list(tenancy["scheduler"]) + [tenancy["scheduler_config"], PRIORITY_CONFIG]
+    if tracing and not is_unset(settings.get("otlp_endpoint")):
+        argv += list(tracing["enable"]) + [tracing["endpoint"], settings["otlp_endpoint"]]
     argv = checked_argv(name, argv, settings.get("extra_args"), OWNERS, "kimi_gateways", "kimi_gateways",
-                        "kimi_gateway_router_extra_args",
-                        reserved=TENANT_OPTIONS + TRACE_OPTIONS if name == "smg" else ())
+                        "kimi_gateway_router_extra_args", reserved=TENANT_OPTIONS[name] + TRACE_OPTIONS[name])
     retry = check_text("kimi_gateway_retry", settings.get("retry"), DURATION_RE, ["a duration, e.g. 10s"], None)
     checks = [c for c in instances[0]["deployment"]["verify_checks"]
               if all(c in i["deployment"]["verify_checks"] for i in instances) and c != "speculative"]
@@ -215,7 +233,7 @@ def resolve_gateway(host, instances, settings, warnings=None):
         "priority_config": {"path": PRIORITY_CONFIG, "content": priority},
         # the usage tap's file: the header it reads the name from, the header it sets the class in, per name
         "clients_config": {"path": CLIENTS_CONFIG, "content": {
-            "header": CLIENT_HEADER, "priority_header": "x-smg-priority" if name == "smg" else None,
+            "header": CLIENT_HEADER, "priority_header": (tenancy or {}).get("priority_header"),
             "clients": dict((t["name"], {"limits": t["limits"], "priority": PRIORITY_CLASS.get(t["priority"])})
                             for t in tenants)}},
         "usage_port": usage_port,

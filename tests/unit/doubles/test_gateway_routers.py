@@ -3,7 +3,9 @@
 either router, an instance taken out (the router sends it nothing more) and put back, check mode, a router that does
 not answer; and the canary comparison (plugins/modules/canary_compare.py) on the routers' real per-worker outcomes. No
 Docker needed."""
+import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -41,11 +43,12 @@ def served(double):
 
 @pytest.fixture
 def gateway(start, tmp_path):
-    """start(router, engine, envs) -> (router URL, remove_by, [double, double], its Prometheus port): two doubles
-    (each with its env of `envs`) behind the real router, round robin, once it answers /health."""
+    """start(router, engine, envs, extra) -> (router URL, remove_by, [double, double], its Prometheus port): two doubles
+    (each with its env of `envs`) behind the real router (its options and `extra`), round robin, once it answers
+    /health. The router's log: tmp_path/<router>.log."""
     routers = []
 
-    def _start(router, engine, envs=({}, {})):
+    def _start(router, engine, envs=({}, {}), extra=()):
         reason = router_missing(router)
         if reason:
             pytest.skip(reason)
@@ -54,7 +57,7 @@ def gateway(start, tmp_path):
         argv = ROUTERS[router][0] + [
             "--worker-urls"] + ["http://127.0.0.1:%d" % d.double.port for d in doubles] + [
             "--policy", "round_robin", "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
-            "--prometheus-port", str(metrics_port)]
+            "--prometheus-port", str(metrics_port)] + list(extra)
         log = open(tmp_path / ("%s.log" % router), "wb")
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=str(tmp_path),
                                 env=dict(os.environ, NO_COLOR="1"))
@@ -70,9 +73,13 @@ def gateway(start, tmp_path):
             time.sleep(0.1)
         return url, ROUTERS[router][1], doubles, metrics_port
     yield _start
-    for proc in routers:
+    for proc in routers:  # SMG drains for seconds on SIGTERM: nothing here needs it
         proc.terminate()
-        proc.wait(10)
+        try:
+            proc.wait(2)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
 
 def workers(url, remove_by, urls, state, **extra):
@@ -103,8 +110,9 @@ def test_an_instance_taken_out_gets_nothing_and_comes_back(gateway, router, engi
         assert post_raw(url + "/v1/chat/completions", chat("out %d" % i))[0] == 200
     assert served(a) == before  # taken out: nothing new
 
-    back = workers(url, remove_by, [ua], "present")
+    back = workers(url, remove_by, [ua], "present", max_running_requests={ua: 8})
     assert back["changed"] and back["added"] == [ua]
+    assert back["labelled"] == ([ua] if router == "smg" else [])  # vllm-router has no worker labels: none said
     assert sorted(w["url"] for w in back["workers"] if w["healthy"]) == sorted([ua, ub])
     assert not workers(url, remove_by, [ua], "present")["changed"]
     for i in range(4):
@@ -156,3 +164,55 @@ def test_canary_compare_reads_the_real_routers_outcomes_and_the_engines_series(g
     assert not bad["promote"] and bad["reason"].startswith("error rate: 2") and bad["canary"]["errors"] >= 3, bad
     assert bad["rest"]["errors"] == 0 and bad["canary"]["requests"] >= 9
     assert good["promote"] and good["reason"].startswith("error rate 0.0% against 2"), good
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+SLOTS = 6  # each vLLM double's --max-num-seqs, as the collection derives it for the worker
+
+
+def capacities(log_path):
+    """[(capacity, source)] of SMG's priority scheduler, in the order its log says it computed them (WorkerCapacity:
+    the sum of its healthy workers' max_running_requests labels, 64 for a worker without one)."""
+    return [(int(n), source) for n, source in re.findall(r"backend capacity updated .*?new=(\d+) .*?new_source=(\w+)",
+                                                         ANSI.sub("", log_path.read_text(errors="replace")))]
+
+
+def settled(log_path, capacity, timeout=15):
+    """The capacity SMG last computed, once it is `capacity` (or after timeout seconds: the last one, or None)."""
+    deadline = time.time() + timeout
+    while True:
+        last = (capacities(log_path) or [(None, None)])[-1]
+        if last[0] == capacity or time.time() >= deadline:
+            return last
+        time.sleep(0.1)
+
+
+def test_smg_counts_a_vllm_worker_by_the_slots_the_module_gives_it(gateway, tmp_path):
+    """SMG 1.13.0's priority scheduler counts a worker's slots from its max_running_requests label, which it reads
+    only off SGLang's /server_info: two vLLM doubles given by --worker-urls (as the gateway starts) count 64 each. The
+    module's listed state (kimi_gateway after a start) gives each its label in place (PATCH /workers/<id>): the pool
+    is then 2 x SLOTS, every worker reported, and SMG's worker list shows the label. (present, kimi_switch putting an
+    instance back, registers it with the label: POST /workers, test_an_instance_taken_out_gets_nothing_and_comes_back;
+    SMG's removal drains for 5 s, too slow to repeat here.)"""
+    from ansible_collections.kimi.deploy.plugins.module_utils._model.gateway import priority_config
+    (tmp_path / "priority.yaml").write_text(priority_config([{"name": "chat", "priority": "interactive",
+                                                               "limits": {}}]))
+    env = {"KIMI_DOUBLE_SLOTS": str(SLOTS)}
+    url, remove_by, (a, b), _metrics_port = gateway("smg", "vllm", envs=(env, env), extra=[
+        "--priority-scheduler-enabled", "--priority-scheduler-config", str(tmp_path / "priority.yaml")])
+    log_path = tmp_path / "smg.log"
+    ua, ub = ("http://127.0.0.1:%d" % d.double.port for d in (a, b))
+    counts = {ua: SLOTS, ub: SLOTS}
+    assert not workers(url, remove_by, [ua, ub], "listed")["changed"]  # healthy, no label asked
+    assert settled(log_path, 128) == (128, "Mixed")  # without the label: SMG's 64 per worker
+
+    listed = workers(url, remove_by, [ua, ub], "listed", max_running_requests=counts)
+    assert listed["changed"] and listed["labelled"] == sorted([ua, ub]) and listed["added"] == [], listed
+    assert [w["max_running_requests"] for w in listed["workers"]] == [str(SLOTS)] * 2
+    assert all(w["healthy"] for w in listed["workers"])  # updated in place, never out of the rotation
+    assert settled(log_path, 2 * SLOTS) == (2 * SLOTS, "WorkerReported")
+    again = workers(url, remove_by, [ua, ub], "listed", max_running_requests=counts)
+    assert not again["changed"] and again["labelled"] == []
+    shown = json.load(urllib.request.urlopen(url + "/workers", timeout=5))["workers"]
+    assert sorted((w["url"], w["labels"]["max_running_requests"]) for w in shown) == sorted(
+        [(ua, str(SLOTS)), (ub, str(SLOTS))])

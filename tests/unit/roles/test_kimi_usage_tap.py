@@ -155,6 +155,20 @@ def test_the_tap_takes_the_client_names_caddy_proxy_accepts():
     assert tap.CLIENT_RE.pattern == NAME_RE.pattern
 
 
+def test_the_tap_holds_the_limits_a_client_entry_may_carry():
+    """The tap checks clients.json on its own (it runs with the stdlib alone on the gateway host): its limit names are
+    the client rule's (_clients.LIMITS), and it reads the file the gateway resolution writes for every priority and
+    limit that rule accepts."""
+    from ansible_collections.kimi.deploy.plugins.module_utils import _clients
+    from ansible_collections.kimi.deploy.plugins.module_utils._model.gateway import PRIORITY_CLASS
+    assert set(tap.LIMITS) == set(_clients.LIMITS)
+    assert set(PRIORITY_CLASS) == set(_clients.PRIORITIES)
+    entries = {"p-%s" % p: {"limits": {}, "priority": PRIORITY_CLASS[p]} for p in _clients.PRIORITIES}
+    entries["all-limits"] = {"limits": dict((name, 7) for name in _clients.LIMITS), "priority": None}
+    checked = tap.load_clients({"header": "X-LLM-Client", "priority_header": "x-smg-priority", "clients": entries})
+    assert checked["clients"]["all-limits"]["limits"] == dict((name, 7) for name in _clients.LIMITS)
+
+
 # ---- the asyncio tap's connections: chunked request bodies, clients that leave, router connections reused, many
 # streams at once. A router double of its own: keep-alive, chunked SSE streams (its events, the usage-only event when
 # asked, [DONE]) or a plain JSON answer; it counts the connections it accepted and those that ended.

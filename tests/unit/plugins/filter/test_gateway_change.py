@@ -11,6 +11,10 @@ URL = "http://10.0.1.11:30000"
 @pytest.mark.parametrize("result, said", [
     ({"removed": [URL], "added": [], "not_listed": []}, "removed " + URL),
     ({"removed": [], "added": [URL], "not_listed": []}, "added " + URL),
+    # added with its max_running_requests label: said once, as added
+    ({"removed": [], "added": [URL], "labelled": [URL], "not_listed": []}, "added " + URL),
+    # listed already, without its label (or another value): SMG given it in place
+    ({"removed": [], "added": [], "labelled": [URL], "not_listed": []}, "set the slots of " + URL),
     # asked to take it out, but the router did not list it: not said as a removal
     ({"removed": [], "added": [], "not_listed": [URL]}, "did not list " + URL),
     ({"removed": [], "added": [], "not_listed": [], "router_down": True}, "not running yet (nothing to change)"),

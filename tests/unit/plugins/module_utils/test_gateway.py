@@ -218,3 +218,27 @@ def test_kimi_otlp_endpoint_turns_on_smgs_and_each_engines_own_trace_options(eng
     # the collection's options: not in the extra args
     with pytest.raises(DeploymentError, match=r"kimi_gateway_router_extra_args='--enable-trace' is not allowed"):
         resolve_gateway("gw", quiet, dict(SETTINGS, extra_args=["--enable-trace"]))
+
+
+def test_tenant_and_trace_options_come_from_the_routers_data():
+    """SMG's tenant, priority and trace options and its priority header are its data (ROUTERS["smg"]); a gateway
+    router without that data (vllm-router) gets none of them, and the usage tap then sets no priority header; a client
+    key with a priority class is refused in front of it."""
+    clients = [{"name": "chat", "keys": ["k" * 32], "priority": "interactive"}]
+    settings = dict(SETTINGS, clients=clients, otlp_endpoint="otel.internal:4317")
+    instances = fleet(hosts("vllm"))
+    smg = resolve_gateway("gw", instances, settings)
+    for part in ("tenants", "tracing"):
+        for value in ROUTERS["smg"][part].values():
+            for option in value if isinstance(value, tuple) else (value,):
+                assert option in smg["command"] if option.startswith("--") else True, option
+    assert smg["clients_config"]["content"]["priority_header"] == ROUTERS["smg"]["tenants"]["priority_header"]
+    with pytest.raises(DeploymentError, match=r"kimi_gateway_router='vllm-router' is not allowed: caddy_proxy_clients "
+                                              r"give chat a priority class, and vllm-router 0.1.17 has no priority "
+                                              r"admission. Allowed values: smg"):
+        resolve_gateway("gw", instances, dict(settings, router="vllm-router"))
+    clients[0].pop("priority")
+    plain = resolve_gateway("gw", instances, dict(settings, router="vllm-router"))
+    assert "tenants" not in ROUTERS["vllm-router"] and "tracing" not in ROUTERS["vllm-router"]
+    assert not [a for a in plain["command"] if "tenant" in a or "trace" in a or "priority" in a], plain["command"]
+    assert plain["clients_config"]["content"]["priority_header"] is None
