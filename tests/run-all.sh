@@ -65,8 +65,8 @@ build_and_install() {  # the built tarball installs, its plugins load and its pl
     (cd "$tmp" && env -u ANSIBLE_CONFIG ANSIBLE_COLLECTIONS_PATH="$tmp/installed" ansible-playbook kimi.deploy.plan \
       -e quant=int4 -e engine=sglang -e @"$root/tests/fixtures/gpus/rtx-pro-6000-x8.json" | grep 'identity: int4-sglang' >/dev/null) &&
     (cd "$tmp" && env -u ANSIBLE_CONFIG ANSIBLE_COLLECTIONS_PATH="$tmp/installed" ansible-playbook kimi.deploy.site \
-      -i localhost, --syntax-check >/dev/null) &&
-    ! tar -tzf "$tmp"/kimi-deploy-*.tar.gz | grep -qE '^(tests|molecule|demo|\.venv|\.collections|\.demo)/'
+      -i localhost, --syntax-check >/dev/null)
+  # what the tarball holds: tests/unit/test_release.py (an allow-list)
   local rc=$?
   rm -rf "$tmp"
   return $rc

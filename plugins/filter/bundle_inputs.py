@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: bundle_inputs
 short_description: The non-secret inputs of one host, for an air-gap bundle's inventory copy
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - Keeps the collection's inputs (C(quant), C(engine), C(kimi_*), C(nvidia_host_*), C(ascend_host_*),

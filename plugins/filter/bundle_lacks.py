@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: bundle_lacks
 short_description: What an air-gap bundle lacks for one host
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - Compares a host's needs (P(kimi.deploy.bundle_needs#filter)) with the components of a bundle's manifest (as

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: bundle_needs
 short_description: What one host needs from an air-gap bundle
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - The images, pinned checkpoints (and speculative draft) and Debian packages of one host, from its resolved

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: bundle_path
 short_description: Where an image, a checkpoint or an apt repository lives in an air-gap bundle
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - The one naming rule of a bundle's folders, for C(playbooks/bundle.yml) which writes them and C(site.yml) which

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: bundle_release
 short_description: A target release of an air-gap bundle, with its archive's apt sources
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - A release named as the collection knows it (C(bookworm), C(trixie), C(jammy), C(noble)) gets its

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: caddy_clients
 short_description: Check the proxy's named clients and metrics keys, and render Caddy's key map from them
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - The one place where the caddy_proxy role's key rules live. C(caddy_clients) checks and normalizes, C(caddy_key_map)

@@ -8,21 +8,26 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 name: deployment
-short_description: Resolve the whole Kimi-K2.6 deployment from user inputs and GPU facts
-version_added: 0.1.0
+short_description: Resolve one Kimi-K2.6 deployment from the inputs and accelerator list given (the model's resolver)
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
-  - The one place where a deployment is decided. Combines the user's choices (C(quant), C(engine), KV dtype, ...)
-    with the host's GPUs, applies the recommendation for anything left C(auto), validates every field and returns
-    the dict the roles consume (C(kimi_deployment)).
-  - Refuses bad input with the variable name and the allowed values, before any host is changed.
+  - The deployment model's resolver as a filter, for a preview or an ad hoc expression. Combines the choices given
+    (C(quant), C(engine), KV dtype, ...) with the accelerator list given, applies the recommendation for anything left
+    C(auto), validates every field and returns the deployment dict, in the shape of C(kimi_deployment).
+  - It is not how C(kimi_deployment) is made. The M(kimi.deploy.deployment) action makes it (site.yml, plan.yml,
+    bundle.yml) with this same resolver, and also reads the host's site variables, checks every site and role input
+    against its constraint, resolves the other hosts of its replica and disaggregated deployment and checks the ports;
+    this filter reads only its arguments and does none of that.
+  - Refuses bad input with the variable name and the allowed values.
 options:
   _input:
     description:
       - User inputs. Keys C(quant), C(engine), C(engine_version), C(kv_cache_dtype), C(moe_backend),
         C(context_length), C(mem_fraction), C(tp), C(pp), C(host), C(port), C(served_model_name), C(extra_args),
         C(engine_options) (TensorRT-LLM's LLM-API options), C(image), C(revisions) (a dict
-        C({int4 => sha, nvfp4 => sha})), C(min_kv_tokens), C(nodes), C(node_rank), C(head_address), C(dist_port).
+        C({int4 => sha, nvfp4 => sha, w4a8 => sha})), C(min_kv_tokens), C(nodes), C(node_rank), C(head_address),
+        C(dist_port).
         Empty, null or C(auto) values are derived.
       - C(extra_args) is read the way the selected engine version's parser reads it (aliases, short options, C(--flag=value),
         C(--flag value) as one string, vLLM's underscore and dotted spellings); an option the collection manages
@@ -31,9 +36,10 @@ options:
     required: true
   gpus:
     description:
-      - GPU list as in M(kimi.deploy.gpu_facts)'s C(nvidia_gpus) fact (or the C(kimi_gpus) site input of a GPU
-        profile). Needed when quant or engine is C(auto); with it the deployment gets its C(hardware) verdict.
-      - Each entry needs C(name), C(compute_cap) and C(memory_mib).
+      - Accelerator list as in M(kimi.deploy.gpu_facts)'s C(nvidia_gpus) or M(kimi.deploy.npu_facts)'s
+        C(ascend_npus) fact (or the C(kimi_gpus) site input of a profile). Needed when quant or engine is C(auto); with
+        it the deployment gets its C(hardware) verdict.
+      - Each GPU entry needs C(name), C(compute_cap) and C(memory_mib).
     type: list
     elements: dict
     default: []
@@ -44,11 +50,11 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Resolve the deployment for this host
-  ansible.builtin.set_fact:
-    kimi_deployment: >-
-      {{ {'quant': quant, 'engine': engine, 'revisions': {'int4': kimi_int4_revision}}
-         | kimi.deploy.deployment(ansible_facts.nvidia_gpus) }}
+- name: Preview the deployment of an accelerator profile (kimi_gpus, e.g. -e @tests/fixtures/gpus/<profile>.json)
+  ansible.builtin.debug:
+    msg: >-
+      {{ ({'quant': quant, 'engine': engine, 'revisions': {'int4': kimi_int4_revision}}
+          | kimi.deploy.deployment(kimi_gpus)).identity }}
 """
 
 RETURN = r"""

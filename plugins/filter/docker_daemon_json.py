@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: docker_daemon_json
 short_description: Merge required settings into an existing Docker daemon.json without losing the site's own keys
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - Returns O(_input) (the parsed C(/etc/docker/daemon.json), or an empty dict) with O(required) merged in.

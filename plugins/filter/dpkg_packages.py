@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: dpkg_packages
 short_description: The installed packages from one dpkg-query call, shaped like package_facts' result
-version_added: 0.2.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - Parses the output of C(dpkg-query -W) with the format C(${db:Status-Abbrev}|${Package}|${Version}|${Architecture})

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: draft_mismatch
 short_description: Why a speculative-decoding draft cannot serve with the Kimi-K2.6 checkpoint
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - A draft model reads the target's hidden states and proposes token ids of the target's tokenizer, so its

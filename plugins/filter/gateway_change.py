@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: gateway_change
 short_description: What one gateway's router did with a switching host's instance, from kimi.deploy.gateway_workers
-version_added: 0.3.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - "Says what the router did, read from the module's result (its worker list before and after), not what was asked -

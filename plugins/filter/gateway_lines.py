@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: gateway_lines
 short_description: The fleet gateway as lines for people (router, policy and why, every worker, the command)
-version_added: 0.2.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - Formats the C(kimi_gateway) fact that the M(kimi.deploy.gateway) action sets on a host of kimi_gateways;

@@ -9,11 +9,11 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: hf_snapshot_dir
 short_description: The snapshot folder of a pinned commit in a Hugging Face hub cache
-version_added: 0.2.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - C(<hf_home>/hub/models--<org>--<name>/snapshots/<revision>), the layout huggingface_hub reads and
-    kimi.deploy.hf_snapshot writes (the rule lives in the collection's C(_hf_cache) module_utils).
+    kimi.deploy.hf_snapshot writes (the rule lives in the collection's C(_hf/cache.py) module_utils).
 options:
   _input:
     description: HF_HOME.

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: hour_cost
 short_description: What a host's accelerators cost per hour at kimi_gpu_hour_cost's prices
-version_added: 0.2.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - The figure C(kimi_deployment.hour_cost) holds after site.yml's preflight, for a play that did not resolve the

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: image_digest
 short_description: What identifies the image a reference names - its pinned digest, repository digest or image ID
-version_added: 0.2.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - For a reference pinned by digest (C(name@sha256:...)), that digest.

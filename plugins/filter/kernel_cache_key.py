@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: kernel_cache_key
 short_description: The key of a kernel cache - the folder name kimi_serve keeps an engine's compiled kernels under
-version_added: 0.2.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - A readable prefix (engine build and version) and a hash of every part that changes the kernels an engine compiles

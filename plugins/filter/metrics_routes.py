@@ -11,7 +11,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: metrics_routes
 short_description: The metrics routes a host's Caddy serves to a metrics key, with their paths
-version_added: 0.3.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - The one table of the metrics paths - C(engine) (C(/metrics)), C(node) (C(/metrics/node)), C(accelerator)

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: npu_smi_info
 short_description: The chips and processes of C(npu-smi info) text
-version_added: 0.2.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - Reads the text C(npu-smi info) prints (Atlas 800 A2 and A3 layouts) with the parser kimi.deploy.npu_facts uses.

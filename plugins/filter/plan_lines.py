@@ -9,10 +9,11 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: plan_lines
 short_description: A resolved Kimi-K2.6 deployment as lines for people (identity, why, checkpoint, image, command)
-version_added: 0.2.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
-  - "Returns the plan of a deployment resolved by P(kimi.deploy.deployment#filter), one C(key: value) line each:
+  - "Returns the plan of a resolved deployment (C(kimi_deployment), set by M(kimi.deploy.deployment), or what
+    P(kimi.deploy.deployment#filter) returns), one C(key: value) line each:
     identity and engine version, the reasons, the hardware verdict, checkpoint and revision, image, KV/MoE/memory
     settings, the served model name and address, the exact engine command line, and the warnings."
   - playbooks/plan.yml prints it; it formats only, every value comes from the deployment model.

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: probe_cases
 short_description: The accuracy probe cases of probe files (each case once per variant), or why a file is refused
-version_added: 0.2.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - Loads probe files in the format of roles/kimi_probes/files/kimi-k26-probes.yml as M(kimi.deploy.serve_accuracy)

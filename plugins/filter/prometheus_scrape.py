@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: prometheus_scrape
 short_description: Prometheus scrape configurations for the hosts kimi.deploy serves, through their proxies
-version_added: 0.3.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - One scrape job per kind of series - C(kimi-engine) (C(/metrics)), C(kimi-node) (C(/metrics/node)),

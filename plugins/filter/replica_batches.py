@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: replica_batches
 short_description: The batches of a rolling switch, a replica at a time (never part of a replica)
-version_added: 0.2.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - site.yml switches a fleet C(kimi_fleet_serial) at a time. A replica over several hosts is one engine, so it is one

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: running_requests
 short_description: How many requests an engine is running, from its Prometheus /metrics text
-version_added: 0.2.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - Sums the engine's running-request gauges - vLLM's C(vllm:num_requests_running) and SGLang's

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: site_summary
 short_description: One host's summary at the end of site.yml, or its plan in check mode
-version_added: 0.2.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - Returns the lines site.yml prints per host when it ends, from the resolved deployment and the roles' reports

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: systemd_env
 short_description: Render a systemd EnvironmentFile of bare values, refusing any value systemd would read otherwise
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - Returns the text of an C(EnvironmentFile), one C(NAME=value) line per entry, in the order given.

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: systemd_exec
 short_description: A command line for a systemd unit's ExecStart, each argument one quoted word whatever it holds
-version_added: 0.3.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - Quotes each argument in double quotes and escapes, the way systemd reads it back (C(systemd.syntax)), everything

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: verify_checks
 short_description: The checks of the verify gate (M(kimi.deploy.serve_verify)), by where they run
-version_added: 0.3.0
+version_added: 1.0.0
 author: kimi.deploy contributors
 description:
   - The one list of the verify gate's checks, which the module, the deployment model and the roles' preflights read.

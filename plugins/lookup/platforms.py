@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: platforms
 short_description: The accelerator platforms kimi.deploy serves on, as data
-version_added: 0.3.0
+version_added: 1.0.0
 description:
   - Returns one dict per accelerator platform (NVIDIA GPUs, Huawei Ascend NPUs), in the order hosts are read - the
     platform's host role, the facts its facts module sets, how it names its accelerators, the processes probe, the

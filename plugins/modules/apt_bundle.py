@@ -34,7 +34,7 @@ description:
     verify with the signing key, the Release fields are as wanted and the public key files are the key's. The
     C(apt-get update) of the private root runs every time.
   - Every program runs from an argument list, never through a shell.
-version_added: 0.2.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 options:
   path:

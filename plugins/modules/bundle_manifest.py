@@ -33,7 +33,7 @@ description:
     read again. A write changes the mtime, a replaced file the inode. The record cannot see a change that keeps the
     size and puts the old mtime back (C(touch -d), C(os.utime)) - O(verify=full) re-reads every byte. Updating the
     record is not a change to the bundle.
-version_added: 0.2.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 options:
   path:

@@ -21,7 +21,7 @@ description:
     more than O(max_error_rate) percentage points above the rest's, or when its TTFT or ITL p50 is more than
     O(max_latency_ratio) times the rest's and more than O(latency_floor_ms) above it.
   - Changes nothing; in check mode it reads once and promotes.
-version_added: 0.3.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 options:
   router_metrics_url:

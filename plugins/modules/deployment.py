@@ -15,10 +15,10 @@ description:
   - The one way C(kimi_deployment) is made (site.yml, plan.yml, bundle.yml and the test scenarios run it). It reads
     this host's site variables (C(quant), C(engine), C(kimi_*); the map is the deployment model's) and the hostvars of
     the hosts of its replica (C(kimi_replica)) and disaggregated deployment (C(kimi_pd)), resolves the deployment with
-    the model (the P(kimi.deploy.deployment#filter) filter's resolver, its one validator) and sets the facts
-    C(kimi_deployment), C(kimi_replica_members) (this host's replica in inventory order, the head first; a host
-    without C(kimi_replica) is a replica of one) and C(kimi_pd_members) (the hosts of its disaggregated deployment,
-    or an empty list).
+    the model's resolver (its one validator, which the P(kimi.deploy.deployment#filter) filter calls too) and sets
+    the facts C(kimi_deployment), C(kimi_replica_members) (this host's replica in inventory order, the head first; a
+    host without C(kimi_replica) is a replica of one) and C(kimi_pd_members) (the hosts of its disaggregated
+    deployment, or an empty list).
   - "A bad input fails the task with one clean line, C(kimi.deploy: <variable>=<value> is not allowed: <reason>.
     Allowed values: <...>), printed first."
   - "Every port the host will open is checked in one table: the deployment's (the engine, the replica's rendezvous
@@ -35,7 +35,7 @@ description:
     (M(kimi.deploy.rdma_facts)) of that host.
   - C(kimi_image), the old name of C(kimi_engine_image), is still read, with a deprecation warning.
   - This is an action plugin; it runs on the controller and changes nothing.
-version_added: 0.3.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 options:
   gpus:

@@ -28,7 +28,7 @@ description:
     page cache. A figure that was partly the page cache's (RV(reason)) or no figure is not kept.
   - The page cache and the probe are not configuration, so the module reports RV(ignore:changed=true) only when it
     writes O(state_file) (or, in check mode, would).
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 options:
   path:

@@ -26,7 +26,7 @@ description:
     Allowed values: <...>) - a router that does not serve an engine of the fleet, a policy the router lacks, an
     instance whose engine listens on loopback, two model names, a disaggregated deployment behind the gateway."
   - This is an action plugin; it runs on the controller and changes nothing.
-version_added: 0.3.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 options:
   plan_fleet:

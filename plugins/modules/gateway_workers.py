@@ -23,7 +23,7 @@ description:
   - V(present) and V(listed) also give each worker its O(max_running_requests) label where SMG lists it without that
     value (C(PATCH /workers/<id>)), and wait until SMG lists it with it.
   - Changed when a worker was added, removed or labelled. In check mode it says what it would do and changes nothing.
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 options:
   router_url:

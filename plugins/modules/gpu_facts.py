@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: gpu_facts
 short_description: Gather facts about the NVIDIA GPUs, driver and GPU interconnect of a host
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Runs C(nvidia-smi --query-gpu=... --format=csv,noheader,nounits), C(nvidia-smi --version) and, on hosts with more
     than one GPU, C(nvidia-smi topo -m); reads C(/proc/driver/nvidia/version) and the PCI devices in sysfs.

@@ -27,7 +27,7 @@ description:
     standard input - never in a command line, never to the CDN, never in results or logs.
   - For air-gapped sites, O(offline=true) takes the listing from the cache itself and fetches nothing - it checks and
     adopts a repo folder copied from a bundle made on a connected host.
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 options:
   repo_id:
@@ -188,7 +188,7 @@ options:
       - Without C(trees/<commit>.json) (or with a malformed one) the run fails, saying which folder to copy.
     type: bool
     default: false
-    version_added: 0.3.0
+    version_added: 1.0.0
 notes:
   - Supports check mode - the plan. It lists the repo, reports what would be fetched and whether the disk can take
     it, proves O(hf_home) writable, and writes nothing. It fails within seconds on an endpoint it cannot reach.
@@ -354,7 +354,7 @@ missing:
   type: list
   elements: str
   sample: [model-00002-of-00064.safetensors]
-  version_added: 0.3.0
+  version_added: 1.0.0
 option:
   description: On a failure caused by the value of one option, that option's name (for callers that map it to their own variable).
   returned: on such a failure
@@ -516,7 +516,7 @@ class Snapshot(object):
         return entries, [e for e in entries if e["path"] in paths]
 
     def check_disk(self, need):
-        """The weights-disk rule (_hf_cache.disk_report); fails naming hf_home and the numbers."""
+        """The weights-disk rule (_hf.cache.disk_report); fails naming hf_home and the numbers."""
         self.disk = disk_report(self.layout, need, self.p["min_free_bytes"])
         if not self.disk["ok"]:
             self.fail(disk_message(self.disk, self.layout.hf_home, self.layout))

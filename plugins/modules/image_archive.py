@@ -21,7 +21,7 @@ description:
     the daemon's C(docker load) and checks that O(name) then has the recorded ID (the daemon checks every layer
     against the image's configuration, whose hash the ID is).
   - Fleets and air-gapped sites build once and load everywhere else.
-version_added: 0.2.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 extends_documentation_fragment: [kimi.deploy.docker_daemon]
 options:

@@ -23,7 +23,7 @@ description:
     build that pulls 20 GB would look hung. Deciding whether to build (labels), tagging, removing and running the
     image stay with community.docker in the kimi.deploy.kimi_image role."
   - Always builds; the caller decides whether a build is needed. Check mode reports a build without running it.
-version_added: 0.2.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 extends_documentation_fragment: [kimi.deploy.docker_daemon]
 options:

@@ -17,7 +17,7 @@ description:
     (an image built or loaded on the host, never from a registry), fails naming the image and O(hint).
   - Every converge reads the engine's and the exporter's images; this module talks to the daemon's socket with the
     standard library, where community.docker's modules import the Docker SDK on the host for each task.
-version_added: 0.3.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 extends_documentation_fragment: [kimi.deploy.docker_daemon]
 options:

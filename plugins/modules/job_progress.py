@@ -18,7 +18,7 @@ description:
     engine load (state, elapsed time, the engine's latest load-progress line)."
   - Returns the job's own result, as RV(ignore:async_status) does once the job has finished, and fails when the job failed.
   - This is an action plugin; it runs on the controller and calls C(async_status) and C(slurp) on the host.
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 options:
   jid:

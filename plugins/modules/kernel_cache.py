@@ -23,7 +23,7 @@ description:
     key it holds whose folder here is empty.
   - V(collected) copies the verified caches of O(src) (a marker and the archive that matches it) into O(root) - the
     air-gap bundle's C(kernels/); a key without a marker, or whose archive does not match it, is not carried.
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 options:
   root:

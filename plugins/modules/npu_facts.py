@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: npu_facts
 short_description: Gather facts about the Huawei Ascend NPUs, driver and firmware of a host
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - Runs C(npu-smi info) and reads the driver's and the firmware's C(version.info) and the Ascend device nodes
     (C(/dev/davinci<N>), C(/dev/davinci_manager), C(/dev/devmm_svm), C(/dev/hisi_hdc)).

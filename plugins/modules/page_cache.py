@@ -22,7 +22,7 @@ description:
     cold start, for measurements.
   - Reports the resident bytes before and after (C(mincore)). The page cache is not configuration, so the module
     always reports RV(ignore:changed=false).
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 options:
   snapshot:

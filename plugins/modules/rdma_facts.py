@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: rdma_facts
 short_description: Gather the RDMA devices of a host
-version_added: 0.3.0
+version_added: 1.0.0
 description:
   - Lists the RDMA devices the kernel exposes (the entries of C(/sys/class/infiniband), e.g. C(mlx5_0)), sorted.
   - Sets the fact C(rdma_devices), which C(kimi.deploy.deployment) reads for each host of a disaggregated deployment

@@ -24,7 +24,7 @@ description:
     C(GLOO_SOCKET_IFNAME) should name) and the host's InfiniBand HCAs (C(/sys/class/infiniband), for C(NCCL_IB_HCA)
     and the container's C(/dev/infiniband) devices).
   - Changes nothing on the host; RV(ignore:changed) is always false.
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 options:
   mode:

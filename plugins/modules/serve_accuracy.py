@@ -25,7 +25,7 @@ description:
   - A passing result is stored as C(<result_dir>/<identity>.json) (atomically; what the next switch compares with).
     Without O(force), a stored result of the same identity on the same probes is returned instead of asking again
     (the engine was not restarted).
-version_added: 0.2.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 options:
   url:

@@ -34,7 +34,7 @@ description:
     per-concurrency ratios over the concurrencies both runs measured.
   - Fails when aiperf does not finish within O(timeout) (it is killed), when no request was answered at any level,
     or when O(min_ratio) is set and the ratio is below it.
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 requirements:
   - aiperf 0.13.0 on the controller (requirements-bench.txt, C(make bench-client)); matplotlib for the plot (aiperf

@@ -28,7 +28,7 @@ description:
   - For vLLM, reports which NVFP4 MoE path the engine dispatched (native FP4 or the Marlin fallback), as read
     from its log.
   - Changes nothing on the host; RV(ignore:changed) is always false.
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 options:
   engine:

@@ -36,7 +36,7 @@ description:
     starting gets up to O(metrics_wait) seconds. One module run for every path, where one C(uri) task per path and
     key would each pay a round trip to the host.
   - Fails when any check fails, with a message listing the failed checks and why. Changes nothing.
-version_added: 0.1.0
+version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 options:
   url:

@@ -1,8 +1,12 @@
 """Platforms are data: no file outside a platform's own places names a platform (module_utils/_model/platforms.py says
 what differs; the roles, templates and playbooks read its fields). A new platform is a data entry, a host role and a
 facts module, and this test lists where those live."""
+import importlib
 import os
 import re
+
+from ansible_collections.kimi.deploy.plugins.module_utils._model import platforms as _platforms
+from ansible_collections.kimi.deploy.plugins.module_utils._model import site as _site
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCANNED = ("roles", "playbooks", "plugins")
@@ -18,12 +22,34 @@ ALLOWED = (
     "plugins/module_utils/_engines/",
     "plugins/module_utils/_model/checkpoints.py",  # the checkpoints' own config values (W4A8's quant_method)
 )
-NAME = re.compile(r"\b(nvidia|ascend)\b")
+
+
+def kind(entry):
+    """A platform's accelerator kind, in identifiers: gpu, npu."""
+    return entry["unit"].lower()
+
+
+def identifiers():
+    """What names a platform in code, from its entry: its name, the keys of its facts and its accelerator kind (npu),
+    but not the default platform's kind: gpu is the collection's word for any accelerator (kimi_gpus, `gpus`
+    arguments), older than the other platforms."""
+    names = set()
+    for entry in _platforms.entries():
+        names.update((entry["name"], entry["facts"], entry["summary_fact"]))
+        if entry["name"] != _platforms.DEFAULT:
+            names.update((kind(entry), kind(entry) + "s"))
+    return sorted(names)
+
+
+NAME = re.compile(r"\b(%s)\b" % "|".join(identifiers()))
 # Not a platform test: a path, repository, image or URL (nvidia/Kimi-K2.6-NVFP4, nvcr.io/nvidia/...), a command
 # quoted for an operator in prose (`nvidia-smi -q`) or a value in documentation markup (C(ascend), a transfer backend's
 # name), a comment.
 QUOTED = re.compile(r"`[^`]*`|\b[CV]\([^)]*\)")
 PATHLIKE = re.compile(r"\S*/\S*")
+# An exporter's product name, as its entry's exporter title gives it (npu-exporter): the roles' docs name both.
+TOOLS = re.compile("|".join(re.escape(tool) for entry in _platforms.entries()
+                            for tool in re.findall(r"\(([^)]*)\)", entry["exporter"]["title"])))
 
 
 def named_places():
@@ -41,7 +67,7 @@ def named_places():
                         code = line.strip()
                         if code.startswith("#"):
                             continue
-                        code = PATHLIKE.sub(" ", QUOTED.sub(" ", code))
+                        code = TOOLS.sub(" ", PATHLIKE.sub(" ", QUOTED.sub(" ", code)))
                         if NAME.search(code):
                             hits.append("%s:%d: %s" % (path, number, line.strip()))
     return hits
@@ -56,6 +82,40 @@ def test_the_check_finds_a_platform_test():
     assert not NAME.search(PATHLIKE.sub(" ", "default: nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3"))
     assert not NAME.search("nvidia_host_image_archives: []")  # a host role's variable is its interface
     assert not NAME.search(QUOTED.sub(" ", "backend (SGLang C(ascend) on Ascend NPUs)"))
+    # a platform's facts and its accelerator kind name it too
+    assert NAME.search('ACCELERATOR_FACTS = ("ascend_npus", "nvidia_gpus")')
+    assert NAME.search("when: ansible_facts.nvidia_gpu_summary.count > 0")
+    assert NAME.search("when: kimi_deployment.hardware.unit == 'npu'")
+    assert not NAME.search(TOOLS.sub(" ", "Runs dcgm-exporter or npu-exporter"))
+    assert not NAME.search("kimi_gpus: the gpus argument")  # gpu is any accelerator
+
+
+def test_each_platforms_identifiers_are_consistent_and_complete():
+    """The fields that name a platform follow from its name and its accelerator kind (its unit: GPU, NPU), and no
+    two platforms share one; every entry has every field, each described in platforms.py; the kind has its facts
+    module and summary; and the model reads every platform's facts, the last of ORDER first."""
+    entries = _platforms.entries()
+    assert len(set(_platforms.ORDER)) == len(_platforms.ORDER) and set(_platforms.ORDER) == set(_platforms.PLATFORMS)
+    assert _platforms.DEFAULT == _platforms.ORDER[0]
+    fields = set(entries[0]) - {"name"}
+    for entry in entries:
+        name, unit = entry["name"], kind(entry)
+        assert set(entry) - {"name"} == fields, name
+        assert re.match(r"[a-z]+$", name) and re.match(r"[a-z]+$", unit), name
+        assert entry["units"] == entry["unit"] + "s", name
+        assert name.lower() in entry["title"].lower() and entry["units"] in entry["title"], name
+        assert entry["facts"] == "%s_%ss" % (name, unit), name
+        assert entry["summary_fact"] == "%s_%s_summary" % (name, unit), name
+        assert entry["host_role"] == "%s_host" % name, name
+        assert entry["facts_module"] == "kimi.deploy.%s_facts" % unit, name
+        assert entry["exporter"]["temperature_threshold"] == "kimi_monitoring_alert_%s_temperature" % unit, name
+        summary = importlib.import_module("ansible_collections.kimi.deploy.plugins.module_utils._model." + unit)
+        assert callable(getattr(summary, "summarize_%ss" % unit, None)), name
+    for field in ("unit", "title", "facts", "summary_fact", "host_role", "facts_module"):
+        assert len(set(entry[field] for entry in entries)) == len(entries), field
+    assert set(kind(entry) for entry in entries) >= {"gpu", "npu"}
+    assert [field for field in sorted(fields) if not re.search(r"\b%s\b" % field, _platforms.__doc__)] == []
+    assert _site.ACCELERATOR_FACTS == tuple(_platforms.PLATFORMS[name]["facts"] for name in reversed(_platforms.ORDER))
 
 
 def test_each_platform_names_what_exists():

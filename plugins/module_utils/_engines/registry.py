@@ -3,11 +3,11 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """The engines: a registry of the engine data files, and what is read off them. Private to kimi.deploy.
 
-An engine is data (_engine_<name>.py, fields in _engine_spec); a release of it is one entry in its `versions` with a
-flag list generated from the released package (tools/engine_flags.py, tools/gen_flag_modules.py). This module picks
+An engine is data (_engines/<name>.py, fields in _engines/spec.py); a release of it is one entry in its `versions` with
+a flag list generated from the released package (tools/engine_flags.py, tools/gen_flag_modules.py). This module picks
 the version (select_version), derives the flags the collection manages for it (managed), renders the command line
-(engine_argv, command_for) and the config file (engine_config), and reads kimi_engine_extra_args and
-kimi_trtllm_options against that version's own lists. Nothing here knows an engine by name.
+(engine_argv, command_for) and the config file (engine_config), and reads kimi_engine_extra_args and kimi_trtllm_options
+against that version's own lists. Nothing here knows an engine by name.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kimi.deploy contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""SGLang, as data (see _engine_spec for the fields). Private to kimi.deploy.
+"""SGLang, as data (see _engines/spec.py for the fields). Private to kimi.deploy.
 
 Sources: the sm_120 runbook (SGLang 0.5.12.post1: flags, memory knob, KV menu, the NVFP4 NaN), the flag lists made
 from the released wheels (tests/fixtures/engine_flags/engine_flags_sglang-<version>.json, `make engine-flags`).

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: kimi.deploy contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""SGLang on Ascend NPUs (engine=sglang on Ascend), as data (see _engine_spec for the fields). Private to kimi.deploy.
+"""SGLang on Ascend NPUs (engine=sglang on Ascend), as data (see _engines/spec.py for the fields). Private to
+kimi.deploy.
 
 Sources: seed 001 (SGLang's Kimi-K2.6 guide for Ascend, v0.5.13: the image, --quantization modelslim, TP/DP/EP 16 with
 the DeepEP all-to-all, the NPU feature switches, the ready line); the flag list of the released wheel, which is the

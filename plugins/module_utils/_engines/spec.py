@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kimi.deploy contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""The pieces an engine's data file (_engine_<name>.py) is written with. Private to kimi.deploy.
+"""The pieces an engine's data file (_engines/<name>.py) is written with. Private to kimi.deploy.
 
 An engine file declares ENGINE, a dict read by _engines (the registry), _fit and _deployment:
   name, title:        engine key (the `engine` input) and its display name.
@@ -41,7 +41,7 @@ An engine file declares ENGINE, a dict read by _engines (the registry), _fit and
                       --speculative-config JSON), option: how the method is named in messages, methods_from: the
                       parser dests whose values (the version's flag list) name the methods it accepts, names: {method:
                       the engine's name}, drafts: {method: the known draft}, refused: ((condition(method, quant,
-                      deployment), why), ...), metrics: its acceptance series (_speculative.acceptance), and
+                      deployment), why), ...), metrics: its acceptance series (_model.speculative.acceptance), and
                       draft_quantization where the draft must not inherit the target's --quantization}. The flags are
                       Args on the speculative* fields (_speculative's spec_* functions).
   kernel_cache:       None, or the compile/autotune caches a restart can reuse (_model/kernel_cache.py): env {the
@@ -69,8 +69,8 @@ class Arg:
     """One engine flag the collection emits.
 
     option:     the option string emitted (for a positional, the option with the same dest, e.g. vLLM's --model).
-    field:      the deployment key its value comes from, and so the variable (_inputs.VARIABLES) a user sets instead;
-                None for what the collection fixes for Kimi-K2.6.
+    field:      the deployment key its value comes from, and so the variable (_model.inputs.VARIABLES) a user sets
+                instead; None for what the collection fixes for Kimi-K2.6.
     value:      a constant string, or a function of the deployment; default: the deployment's `field`;
                 neither value nor field: a switch.
     when:       a function of the deployment: emit only when true (the dest is managed either way).

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kimi.deploy contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""TensorRT-LLM (trtllm-serve), as data (see _engine_spec for the fields). Private to kimi.deploy.
+"""TensorRT-LLM (trtllm-serve), as data (see _engines/spec.py for the fields). Private to kimi.deploy.
 
 Sources:
 - seed 003, NVIDIA's "Deployment Guide for Kimi K2 Thinking on TensorRT LLM - Blackwell" (NVIDIA/TensorRT-LLM

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kimi.deploy contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""vLLM, as data (see _engine_spec for the fields). Private to kimi.deploy.
+"""vLLM, as data (see _engines/spec.py for the fields). Private to kimi.deploy.
 
 Sources: the sm_120 runbook (vLLM 0.22.1: flags, memory knob, KV menu, the NVFP4 patch), the flag lists made from the
 released wheels (tests/fixtures/engine_flags/engine_flags_vllm-<version>.json, `make engine-flags`).

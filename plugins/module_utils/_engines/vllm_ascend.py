@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kimi.deploy contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""vLLM-Ascend (engine=vllm on Ascend NPUs), as data (see _engine_spec for the fields). Private to kimi.deploy.
+"""vLLM-Ascend (engine=vllm on Ascend NPUs), as data (see _engines/spec.py for the fields). Private to kimi.deploy.
 
 Sources: seed 004 (vLLM-Ascend's Kimi-K2.6 guide, v0.20.0rc1: images, devices, mounts, environment, host tuning, the
 TP 4 x DP 4 + expert-parallel layout, --quantization ascend); the flag list of the vLLM release vLLM-Ascend runs on.

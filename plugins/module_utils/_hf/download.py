@@ -4,7 +4,7 @@
 """Parallel, resumable byte transfer of the blobs of one Hugging Face repo commit (stdlib + curl only).
 
 - fetch byte ranges of each file from its sources with parallel curl processes, each writing into the partial blob at
-  its offset. The sources are the hub (the file's CDN URL, resolved by _hf_hub.Hub) and peers: hosts of the fleet
+  its offset. The sources are the hub (the file's CDN URL, resolved by _hf.hub.Hub) and peers: hosts of the fleet
   whose verified cache is served read-only over HTTP(S) (Caddy's file_server, with a peer key) as
   <peer URL>/<repo folder>/blobs/<etag>. Hashes come from the hub's listing only, so a peer cannot pass a wrong byte:
   the blob fails its hash and is fetched again without the sources that sent it (Source, Downloader.acquire);

@@ -4,8 +4,8 @@
 """Accelerator platforms and families, and the identity recommended for each, with the reasons. Private to kimi.deploy.
 
 A host is NVIDIA or Ascend from its facts: summarize() reads the accelerator list (gpu_facts's nvidia_gpus, npu_facts's
-ascend_npus, or the kimi_gpus input, whose Ascend entries say platform: ascend) with _gpu.summarize_gpus or
-_npu.summarize_npus, and adds the platform. A family is the summary's `arch`. RECOMMENDED holds, per family, the
+ascend_npus, or the kimi_gpus input, whose Ascend entries say platform: ascend) with _model.gpu.summarize_gpus or
+_model.npu.summarize_npus, and adds the platform. A family is the summary's `arch`. RECOMMENDED holds, per family, the
 (quant, engine) the collection picks when the user leaves them to it, the MoE backend where it matters, and why, with
 the evidence cited; ALTERNATIVES the engine it would pick for the other quant. A new family is a new entry here.
 """

@@ -3,7 +3,7 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Kimi-K2.6's checkpoints and the model geometry the fit needs. Private to kimi.deploy.
 
-Which engine serves which checkpoint is the engines' data (_engine_<name>.py), not this file's.
+Which engine serves which checkpoint is the engines' data (_engines/<name>.py), not this file's.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: kimi.deploy contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""The constraint of a site input, declared beside it in _site_inputs.INPUTS (stdlib only). Private to kimi.deploy.
+"""The constraint of a site input, declared beside it in _model.site_inputs.INPUTS (stdlib only). Private to
+kimi.deploy.
 
 Each constraint checks a value the way a user sets it (inventory YAML, or -e, where every value is a string) and
 refuses with the one line every input refusal has: "<variable>=<value> is not allowed: <why>. Allowed values: ...".
@@ -101,7 +102,7 @@ class Constraint(object):
     """A value's constraint. empty: whether None or '' is a value (unset: the model or the role picks)."""
     kind = "scalar"
     empty = False
-    auto = False  # "auto" is unset too (the deployment model's fields: _inputs.is_unset)
+    auto = False  # "auto" is unset too (the deployment model's fields: _model.inputs.is_unset)
 
     def allowed(self):
         raise NotImplementedError

@@ -4,14 +4,16 @@
 """The Kimi-K2.6 deployment model's resolver: inputs (+ the host's accelerators) -> one deployment. Private to
 kimi.deploy.
 
-The filter plugins, the plan playbook, the roles and the tests all go through resolve() and recommend(); nothing else
-derives checkpoints, images, menus or engine flags. The model is split by concern, and this file only combines them:
-- _checkpoints:  the checkpoints (repo, format, size) and the model geometry;
-- _engines:      the engines and their versions (one data file each, _engine_<name>.py, with the flag lists generated
-                 from the released packages), the command line and config file;
-- _accelerators: the accelerator families and the identity recommended for each;
-- _fit:          the VRAM fit, the KV estimate and the replica layout;
-- _inputs:       the variables, the error type and the value checks.
+The deployment action (plugins/action/deployment.py, which makes kimi_deployment), the filter plugins and the tests all
+go through resolve() and recommend(); nothing else derives checkpoints, images, menus or engine flags. The model is
+split by concern, and this file only combines them:
+- _model/checkpoints.py:  the checkpoints (repo, format, size) and the model geometry;
+- _engines/:              the engines and their versions (one data file each, _engines/<name>.py, with the flag lists
+                          generated from the released packages in _engines/flags/), the command line and config file
+                          (_engines/registry.py);
+- _model/accelerators.py: the accelerator families and the identity recommended for each;
+- _model/fit.py:          the VRAM fit, the KV estimate and the replica layout;
+- _model/inputs.py:       the variables, the error type and the value checks.
 resolve() is the only validator of deployment inputs: the layers after it trust what it returns.
 """
 
@@ -70,7 +72,7 @@ VERSION_RE = re.compile(r"[0-9][0-9A-Za-z.+-]{0,31}")
 
 
 def _summary(gpus):
-    """_accelerators.summarize (the one summary shape, NVIDIA or Ascend), its errors as DeploymentError."""
+    """_model.accelerators.summarize (the one summary shape, NVIDIA or Ascend), its errors as DeploymentError."""
     try:
         return summarize(gpus)
     except SUMMARY_ERRORS as exc:
@@ -226,7 +228,7 @@ def _check_mem(engine, mem):
 
 
 def _check_revision(quant, revisions, require_revision, warnings):
-    """The checkpoint's pinned commit (_validate.check_revision, the one revision rule); None in preview mode."""
+    """The checkpoint's pinned commit (_model.validate.check_revision, the one revision rule); None in preview mode."""
     checkpoint = CHECKPOINTS[quant]
     if revisions is None:
         revisions = {}
@@ -575,7 +577,8 @@ def _deployment(r):
         # The engine instances on this host (data-parallel ranks; 1 for a replica over several hosts, whose dp ranks
         # are one engine): what the fit is per, and what readiness, the verify gate and the metrics count.
         "instances": r["dp"] if r["nodes"] == 1 else 1,
-        # The layouts of this host ranked by expected throughput per GPU (_layout.rank_layouts), best first, or None.
+        # The layouts of this host ranked by expected throughput per GPU (_model.layout.rank_layouts), best first, or
+        # None.
         "layouts": r["layouts"],
         "attention_dp": r["attention_dp"],
         # The replica: nodes hosts meeting at head_address:dist_port; rank 0 (the head) serves the API.

@@ -9,7 +9,7 @@ procfs (a running nvidia-persistenced), and the summary the kimi.deploy.gpu_fact
 Malformed input raises GpuParseError, whose message names the field and quotes the offending text.
 
 Also the collection's one architecture table (arch_of) and its one GPU summary shape (summarize_gpus), which
-gpu_facts's summary and the deployment model (_deployment.recommend/resolve) both use.
+gpu_facts's summary and the deployment model (_model.deployment.recommend/resolve) both use.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -5,9 +5,9 @@
 
 Parsers for `npu-smi info` (the chip table and the process table), the driver's and firmware's version.info files and
 the Ascend device nodes; the chip table (chip_of) and the NPU summary (summarize_npus), which the npu_facts module and
-the deployment model (through _accelerators.summarize) both use. The summary has the keys of _gpu.summarize_gpus
-(count, models, vram_total_mib, vram_min_mib, arch, arch_name, sm, homogeneous), HBM standing for VRAM and the chip
-name for sm, so that the fit and the plan read NPUs and GPUs alike.
+the deployment model (through _model.accelerators.summarize) both use. The summary has the keys of
+_model.gpu.summarize_gpus (count, models, vram_total_mib, vram_min_mib, arch, arch_name, sm, homogeneous), HBM standing
+for VRAM and the chip name for sm, so that the fit and the plan read NPUs and GPUs alike.
 
 Output shapes, from published `npu-smi info` output (tests/doubles/ascend/npu-smi cites each):
 - Atlas 800 A2 (Ascend 910B): one chip per NPU, named after the chip ("910B3"), header "Chip | Bus-Id".
@@ -188,7 +188,7 @@ def _chip_family(entry, where):
 
 
 def summarize_npus(npus):
-    """The NPU summary in the shape of _gpu.summarize_gpus: count (chips), models, vram_total_mib and vram_min_mib
+    """The NPU summary in the shape of _model.gpu.summarize_gpus: count (chips), models, vram_total_mib and vram_min_mib
     (HBM), arch (ascend-a2 / ascend-a3), arch_name, sm (the chip name), compute_caps ([]), homogeneous, platform,
     unhealthy (chips whose health is not OK). Raises NpuListError."""
     names, families, memories, chips, unhealthy = [], set(), [], set(), []

@@ -8,9 +8,10 @@ A disaggregated deployment (inventory: kimi_pd: <name> and kimi_pd_role: prefill
 identity on every host, the prefill instances computing each prompt's KV cache and the decode instances receiving it
 and generating, behind the engine's own router on one host (by default the first decode instance's). An instance is a
 host, or a replica over several hosts (kimi_replica): its head is what the router sends to. resolve_pd() is called
-by _deployment.resolve() and decides, for this host: its role, the transfer backend (with the reason), the engine's
-PD arguments (the engine data files emit them from the `pd` field), the layout that must match between the roles,
-and, on the router host, the router's command, checked against the pinned router's own parser (_routers).
+by _model.deployment.resolve() and decides, for this host: its role, the transfer backend (with the reason), the
+engine's PD arguments (the engine data files emit them from the `pd` field), the layout that must match between the
+roles, and, on the router host, the router's command, checked against the pinned router's own parser
+(_engines/routers.py).
 """
 
 from __future__ import absolute_import, division, print_function

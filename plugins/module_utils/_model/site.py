@@ -4,10 +4,11 @@
 """A host's site variables as the deployment model's inputs, and the groups it serves in (stdlib only). Private to
 kimi.deploy.
 
-The site inputs are declared once, in _site_inputs.INPUTS (the map to the resolver's fields, _inputs.VARIABLES, is
-derived from it); this module reads them for one host, and derives what only the inventory knows: the hosts of its
-replica (kimi_replica: members in inventory order, the first is the head) and of its disaggregated deployment
-(kimi_pd, each host with its kimi_pd_role). `get(host, variable)` returns a host's value of a variable, or MISSING.
+The site inputs are declared once, in _model.site_inputs.INPUTS (the map to the resolver's fields,
+_model.inputs.VARIABLES, is derived from it); this module reads them for one host, and derives what only the inventory
+knows: the hosts of its replica (kimi_replica: members in inventory order, the first is the head) and of its
+disaggregated deployment (kimi_pd, each host with its kimi_pd_role). `get(host, variable)` returns a host's value of a
+variable, or MISSING.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -18,7 +19,7 @@ from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints imp
 from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import VARIABLES, is_unset
 from ansible_collections.kimi.deploy.plugins.module_utils._model.kv_offload import memory_bytes_from_facts
 from ansible_collections.kimi.deploy.plugins.module_utils._model.pd import layout_mismatch
-from ansible_collections.kimi.deploy.plugins.module_utils._model.platforms import DEFAULT, PLATFORMS
+from ansible_collections.kimi.deploy.plugins.module_utils._model.platforms import DEFAULT, ORDER, PLATFORMS
 from ansible_collections.kimi.deploy.plugins.module_utils._model.site_inputs import INPUTS, by_variable, check_input
 
 MISSING = object()
@@ -28,8 +29,10 @@ MISSING = object()
 FIELDS = dict((item.field, item.default) for item in INPUTS if item.read == "field")
 # The disaggregated deployment's settings (read="pd"): input pd.<key> from the variable of field pd_<key>.
 PD_SETTINGS = dict((item.field[len("pd_"):], item.default) for item in INPUTS if item.read == "pd")
-# The facts the accelerator facts modules set, in the order a host is read: a host with NPUs is an Ascend host.
-ACCELERATOR_FACTS = ("ascend_npus", "nvidia_gpus")
+# The accelerator lists the platforms' facts modules set (each entry's `facts`), the last platform of ORDER first: the
+# playbooks read a platform only where the ones before it found none (tasks/read_accelerators.yml), so a later list
+# that is set is what the host has (a host with NPUs is an Ascend host).
+ACCELERATOR_FACTS = tuple(PLATFORMS[name]["facts"] for name in reversed(ORDER))
 # The deprecated name of kimi_engine_image (also the name of the role that builds the NVFP4 image).
 OLD_IMAGE = "kimi_image"
 
@@ -57,7 +60,7 @@ def pd_members(get, host, servers):
 
 
 def pd_member(get, host):
-    """What the model reads of one host of a disaggregated deployment (_pd.instances validates it)."""
+    """What the model reads of one host of a disaggregated deployment (_model.pd._members validates it)."""
     devices = value(get, host, VARIABLES["pd_rdma_devices"])
     if devices is None:  # what kimi.deploy.rdma_facts read on that host
         devices = (value(get, host, "ansible_facts") or {}).get("rdma_devices") or []

@@ -4,15 +4,15 @@
 """The site inputs, declared once: every variable users set in the inventory or with -e for site.yml and plan.yml
 (stdlib only). Private to kimi.deploy.
 
-Derived from this table: _inputs.VARIABLES (the field -> variable map every refusal names), _site's FIELDS and
+Derived from this table: _model.inputs.VARIABLES (the field -> variable map every refusal names), _site's FIELDS and
 PD_SETTINGS (what kimi.deploy.deployment reads for a host, and the value when unset), and
 playbooks/vars/site_argument_specs.yml (site.yml's type check, the docs, and the bundle's secret list through its
 no_log options), which `make site-specs` writes from this table and a unit test compares with it both ways.
 
 read: how the deployment action reads the variable - "field", the resolver's input `field` on this host; "pd", the
 setting pd.<field without pd_> of a disaggregated deployment; "member", read per member of the host's groups
-(_site.pd_member, the replica's head address); None, not a model input (the playbooks read it, or plan.yml passes it
-as an argument of kimi.deploy.deployment).
+(_model.site.pd_member, the replica's head address); None, not a model input (the playbooks read it, or plan.yml
+passes it as an argument of kimi.deploy.deployment).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -48,7 +48,8 @@ HOST_PORT = Text(r"(?:[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[[0-9A-Fa-f:.]{2,45}\]):(
 
 
 class Accelerators(Constraint):
-    """kimi_gpus: an accelerator list as kimi.deploy.gpu_facts or npu_facts reads one (_accelerators.summarize)."""
+    """kimi_gpus: an accelerator list as kimi.deploy.gpu_facts or npu_facts reads one
+    (_model.accelerators.summarize)."""
     kind = "list"
 
     def allowed(self):
@@ -69,20 +70,23 @@ class Accelerators(Constraint):
 
 
 def M(constraint):
-    """A model field's constraint: unset, empty or auto let the model pick (_inputs.is_unset)."""
+    """A model field's constraint: unset, empty or auto let the model pick (_model.inputs.is_unset)."""
     constraint.empty = constraint.auto = True
     return constraint
 
 
 INPUTS = (
     Input('quant', 'raw', field='quant', read='field', default='auto', doc=(
-        'Checkpoint quantization, C(int4) (moonshotai/Kimi-K2.6) or C(nvfp4) (nvidia/Kimi-K2.6-NVFP4).',
-        'C(auto) recommends from the GPUs.',
+        'Checkpoint quantization, C(int4) (moonshotai/Kimi-K2.6), C(nvfp4) (nvidia/Kimi-K2.6-NVFP4) or C(w4a8) '
+        '(Eco-Tech/Kimi-K2.6-W4A8, for Ascend NPUs).',
+        'C(auto) recommends from the accelerators.',
     ), check=Checked("the checkpoints table (%s, or auto) and the platform's quants" % ", ".join(QUANTS),
                      bad=("int8", 4, ["int4"]))),
     Input('engine', 'raw', field='engine', read='field', default='auto', doc=(
-        'Serving engine, C(sglang), C(vllm) or C(trtllm) (TensorRT-LLM, NVFP4 on datacenter Blackwell only); '
-        'C(auto) recommends from the GPUs. SGLang serves int4 only.',
+        'Serving engine, C(sglang), C(vllm) or C(trtllm) (TensorRT-LLM); C(auto) recommends from the accelerators.',
+        'The identity is the pair (quant, engine): C(int4) on C(sglang) or C(vllm); C(nvfp4) on C(vllm) or C(trtllm) '
+        '(datacenter Blackwell only); C(w4a8) on the Ascend builds, C(vllm) (vLLM-Ascend) or C(sglang) (SGLang-Ascend, '
+        'Ascend 910C only).',
     ), check=Checked("the engine registry (plugins/module_utils/_engines)", bad=("tensorrt", "sglangx", 5, ["vllm"]))),
     Input('kimi_engine_version', 'raw', field='engine_version', read='field', doc=(
         'The engine release (e.g. C(0.33.0) for vLLM); unset serves the verified default (vLLM 0.22.1, SGLang '

@@ -7,7 +7,7 @@ kimi.deploy.
 kimi_speculative is `none` (the default), `eagle3` or `dflash` (a draft model proposes tokens that the target checks in
 one forward pass), or `ngram` (the prompt itself is the draft: no model). resolve_speculative() is called by
 _deployment.resolve() and decides, from the engine's data (its `speculative` field) and the version's own flag list
-(the methods it accepts): the engine's name of the method, the draft (a known one from _checkpoints.DRAFTS, or the
+(the methods it accepts): the engine's name of the method, the draft (a known one from _model.checkpoints.DRAFTS, or the
 user's repo with its pinned revision), the knobs with each engine's rules, and a refusal with the reason where the
 engine version, the quant or the deployment cannot run it. The engine data files emit the flags from the
 `speculative` field (the spec_* functions below). draft_mismatch() compares a downloaded draft's config.json with the

@@ -195,8 +195,8 @@ def test_smg_counts_a_vllm_worker_by_the_slots_the_module_gives_it(gateway, tmp_
     instance back, registers it with the label: POST /workers, test_an_instance_taken_out_gets_nothing_and_comes_back;
     SMG's removal drains for 5 s, too slow to repeat here.)"""
     from ansible_collections.kimi.deploy.plugins.module_utils._model.gateway import priority_config
-    (tmp_path / "priority.yaml").write_text(priority_config([{"name": "chat", "priority": "interactive",
-                                                               "limits": {}}]))
+    tenants = [{"name": "chat", "priority": "interactive", "limits": {}}]
+    (tmp_path / "priority.yaml").write_text(priority_config(tenants))
     env = {"KIMI_DOUBLE_SLOTS": str(SLOTS)}
     url, remove_by, (a, b), _metrics_port = gateway("smg", "vllm", envs=(env, env), extra=[
         "--priority-scheduler-enabled", "--priority-scheduler-config", str(tmp_path / "priority.yaml")])

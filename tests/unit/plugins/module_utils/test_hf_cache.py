@@ -1,4 +1,4 @@
-"""The cache layout and CacheWriter (_hf_cache): pointers, patterns, hashing, hf_home, the disk rule, owner and mode
+"""The cache layout and CacheWriter (_hf/cache.py): pointers, patterns, hashing, hf_home, the disk rule, owner and mode
 (its files land through _files: test_files.py)."""
 import hashlib
 import os

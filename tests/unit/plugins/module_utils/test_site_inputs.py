@@ -1,11 +1,16 @@
-"""_site_inputs: the one table of site inputs, and what is derived from it (the variable map, the fields the
+"""_model/site_inputs.py: the one table of site inputs, and what is derived from it (the variable map, the fields the
 deployment action reads, playbooks/vars/site_argument_specs.yml, whose no_log options are the bundle's secrets)."""
 import importlib.util
 import os
+import re
 
 import yaml
 
 from ansible_collections.kimi.deploy.plugins.module_utils._bundle import layout as _bundle
+
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import ENGINES
+
+from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import QUANTS
 
 from ansible_collections.kimi.deploy.plugins.module_utils._model import inputs as _inputs
 
@@ -82,3 +87,18 @@ def test_a_stale_spec_file_is_reported(tmp_path, monkeypatch):
     monkeypatch.setattr(module, "SPECS", str(stale))
     assert module.main(["--check"]) == 1
     assert module.main([]) == 0 and module.main(["--check"]) == 0 and stale.read_text() == spec_file()
+
+
+def test_the_quant_and_engine_docs_say_what_the_engine_data_serves():
+    """quant's doc names every checkpoint, and engine's says each quant's engines ("C(<quant>) on C(<engine>) or ...",
+    the identities), as the engine builds' `quants` do: a checkpoint or a build serving another quant fails this until
+    the docs (and the generated site specs) say so."""
+    table = _site_inputs.by_variable()
+    assert [quant for quant in QUANTS if "C(%s)" % quant not in " ".join(table["quant"].doc)] == []
+    served = {}
+    for spec in ENGINES.values():
+        for quant in spec["quants"]:
+            served.setdefault(quant, set()).add(spec["name"])
+    said = dict((quant, set(re.findall(r"C\((\w+)\)", engines)))
+                for quant, engines in re.findall(r"C\((\w+)\) on ([^;.]*)", " ".join(table["engine"].doc)))
+    assert said == served
