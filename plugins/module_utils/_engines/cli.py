@@ -229,9 +229,7 @@ def option_value(table, argv, dest):
         if _looks_like_value(element):
             continue
         name, equals, rest = OPTION_RE.match(element).groups()
-        if name.startswith("--") and table["underscores"]:
-            name = name.replace("_", "-")
-        if index.get(name, (None,))[0] != dest:
+        if _option(table, index, table["engine"], name, element)[0] != dest:  # read as check_extra read it
             continue
         if equals:
             value = rest

@@ -30,7 +30,8 @@ model_gateway/src/worker/capacity.rs, model_gateway/src/workflow/steps/local/dis
   flood and its starvation threshold (3600 s) keeps it from being promoted over chat. Tenants: `header:chat` at most
   interactive, `header:etl` at most bulk (each request asks with `x-smg-priority`; SMG clamps it to the tenant's
   max_class).
-- Load: 16 etl streams (x-smg-priority: bulk, 25 tokens each, back to back), 1 s to fill, then 20 chat streams
+- Load (molecule/fleet/files/priority_flood.py's, which molecule/fleet runs through Caddy and the usage tap): 16 etl
+  streams (x-smg-priority: bulk, 25 tokens each, back to back), 1 s to fill, then 20 chat streams
   (x-smg-priority: interactive, 3 tokens), one every 0.15 s (open loop: the same arrivals idle and under flood);
   time to first token = to the first content/reasoning delta at the client; p90 = nearest rank (the 18th of 20).
 - Bound: flood p90 <= 1.5 x idle p90 + ALLOWANCE. Idle p90 is ~25 ms, 20 ms of it the first token itself, so 1.5x
@@ -44,9 +45,8 @@ import json
 import os
 import re
 import subprocess
-import threading
+import sys
 import time
-import urllib.error
 import urllib.request
 
 import pytest
@@ -56,11 +56,15 @@ from test_engine_double import free_port
 
 from ansible_collections.kimi.deploy.plugins.module_utils._model.gateway import priority_config
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "molecule", "fleet", "files"))
+import priority_flood  # noqa: E402  (molecule/fleet runs it on the gateway host: one file, the stdlib)
+
 cache, start = test_engine_double.cache, test_engine_double.start  # its fixtures: HF cache, in-process doubles
 
 SLOTS, TOKEN_SECONDS = 2, 0.02
-BULK_TOKENS, CHAT_TOKENS = 25, 3
-FLOOD, CHATS, CHAT_EVERY, FILL = 16, 20, 0.15, 1.0
+# The load (and its p90) is molecule/fleet's, priority_flood.py: 16 bulk streams of 25 tokens, chats of 3 tokens one
+# every 0.15 s; here 20 chats a phase, after a 1 s fill.
+CHATS, FILL = 20, 1.0
 ALLOWANCE = 0.05
 # the collection's own generator (kimi_gateway's priority.yaml), for the two client names of this test
 PRIORITY_YAML = priority_config([{"name": "chat", "priority": "interactive", "limits": {}},
@@ -131,82 +135,22 @@ def gateway(start, tmp_path):
             proc.wait(10)
 
 
-def ttft(url, client, priority, text, max_tokens):
-    """One streamed chat through the gateway as `client` asking for `priority`: (seconds to the first content or
-    reasoning delta, or None, HTTP status)."""
-    body = {"model": "kimi-k2.6", "messages": [{"role": "user", "content": text}], "stream": True,
-            "max_tokens": max_tokens}
-    req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(), headers={
-        "Content-Type": "application/json", "X-LLM-Client": client, "x-smg-priority": priority})
-    t0, first = time.time(), None
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            for raw in r:
-                line = raw.decode().strip()
-                if first is None and line.startswith("data: {") and any(
-                        c["delta"].get("content") or c["delta"].get("reasoning_content")
-                        for c in json.loads(line[6:])["choices"]):
-                    first = time.time() - t0
-            return first, r.status
-    except urllib.error.HTTPError as e:
-        return None, e.code
-    except OSError as e:  # a connection refused or cut (the flood's last requests when SMG stops): kept, not raised
-        return None, repr(e)
-
-
-def chats(url):
-    """CHATS interactive streams, one every CHAT_EVERY seconds (open loop): their times to first token."""
-    results = [None] * CHATS
-    threads = []
-    for i in range(CHATS):
-        def one(i=i):
-            results[i] = ttft(url, "chat", "interactive", "Hello %d" % i, CHAT_TOKENS)
-        threads.append(threading.Thread(target=one, daemon=True))
-        threads[-1].start()
-        time.sleep(CHAT_EVERY)
-    for t in threads:
-        t.join(60)
-    assert all(r is not None and r[1] == 200 and r[0] is not None for r in results), results
-    return [r[0] for r in results]
-
-
-def p90(values):
-    ordered = sorted(values)
-    return ordered[-(-9 * len(ordered) // 10) - 1]  # nearest rank: ceil(0.9 n)-th
-
-
 @pytest.mark.parametrize("scheduler", [True, False], ids=["priority-scheduler", "without-scheduler"])
 def test_interactive_ttft_holds_under_a_batch_flood_only_with_the_priority_scheduler(gateway, scheduler):
     url, log_path = gateway(scheduler)
-    idle = p90(chats(url))
-    flood = {"stop": False, "done": 0, "failed": []}  # the flood threads' outcomes, checked below
-    text = " ".join("row%d" % i for i in range(60))  # an answer longer than BULK_TOKENS: each is cut at it
-
-    def etl():
-        while not flood["stop"]:
-            _first, status = ttft(url, "etl", "bulk", text, BULK_TOKENS)
-            if status == 200:
-                flood["done"] += 1
-            else:
-                flood["failed"].append(status)
-    threads = [threading.Thread(target=etl, daemon=True) for index in range(FLOOD)]
-    try:
-        for t in threads:
-            t.start()
-        time.sleep(FILL)
-        done_before = flood["done"]
-        loaded = p90(chats(url))
-        done_during = flood["done"] - done_before
-    finally:
-        flood["stop"] = True
+    got = priority_flood.flood(url + "/v1/chat/completions", {"X-LLM-Client": "chat", "x-smg-priority": "interactive"},
+                               {"X-LLM-Client": "etl", "x-smg-priority": "bulk"}, chats=CHATS, fill=FILL)
+    assert got["chat_failed"] == [], got
+    idle, loaded, failed = got["idle_p90"], got["flooded_p90"], got["batch_failed"]
+    done_during = got["batch_done_during"]
     limit = 1.5 * idle + ALLOWANCE
     summary = "idle p90 %.3fs, flood p90 %.3fs, limit %.3fs, etl done during %d, failed %s" % (
-        idle, loaded, limit, done_during, flood["failed"][:5])
+        idle, loaded, limit, done_during, failed[:5])
     print(summary)
     assert idle < 0.3, summary  # one token (20 ms) plus the gateway: a slow idle would make the bound meaningless
     if scheduler:
         assert loaded <= limit, summary
-        assert flood["failed"] == [] and done_during >= 3, summary  # etl kept flowing (1 slot), nothing refused
+        assert failed == [] and done_during >= 3, summary  # etl kept flowing (1 slot), nothing refused
         assert "priority scheduler enabled" in ANSI.sub("", log_path.read_text(errors="replace"))
     else:  # the same flood without the scheduler: the chats queue behind the etl requests inside the engines
         assert loaded > 5 * limit, summary
