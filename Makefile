@@ -78,7 +78,7 @@ ee: setup  ## The AWX/Automation Platform execution environment's build context 
 	$(BIN)/ansible-galaxy collection build --force --output-path build/ee . >/dev/null
 	mv build/ee/kimi-deploy-*.tar.gz build/ee/kimi-deploy.tar.gz
 	$(BIN)/ansible-builder create -f execution-environment.yml --context build/ee/context --output-filename Containerfile
-	@echo "ee: build/ee/context (then: ansible-builder build -f execution-environment.yml -t kimi-deploy-ee:1.0.0)"
+	@echo "ee: build/ee/context (then: ansible-builder build -f execution-environment.yml -t kimi-deploy-ee:1.1.0)"
 
 router-client: .venv-router/.stamp  ## The routers (SMG, vllm-router, pinned in requirements-router.txt) in .venv-router, for the tests
 

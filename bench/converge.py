@@ -178,7 +178,7 @@ def main():
     if subprocess.run([os.path.join(ROOT, "tests", "harness", "prepare.sh"), "demo"], cwd=ROOT,
                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode != 0:
         raise SystemExit("tests/harness/prepare.sh failed")
-    strategy = env.get("KIMI_ANSIBLE_STRATEGY", "kimi_mitogen_linear")
+    strategy = env.get("KIMI_ANSIBLE_STRATEGY", "kimi.deploy.kimi_mitogen_linear")
     results = {"date": datetime.date.today().isoformat(), "cpus": os.cpu_count(), "strategy": strategy,
                "hosts": args.hosts, "fleets": {}}
     print("converge benchmark (site.yml on the harness; %d CPUs; strategy %s)" % (os.cpu_count(), strategy),

@@ -10,20 +10,17 @@ FLEET=N) it previews N example hosts resolved as this host is; a refusal is the 
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase, VariableLayer
-from ansible_collections.kimi.deploy.plugins.action.deployment import Site, role_default, role_ports
+from ansible_collections.kimi.deploy.plugins.module_utils._model import gateway as _gateway
 from ansible_collections.kimi.deploy.plugins.module_utils._model import ports as _ports
 from ansible_collections.kimi.deploy.plugins.module_utils._model import site as _site
 from ansible_collections.kimi.deploy.plugins.module_utils._model.deployment import resolve
 from ansible_collections.kimi.deploy.plugins.module_utils._model.gateway import resolve_gateway
 from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError
 from ansible_collections.kimi.deploy.plugins.module_utils._model.site_inputs import by_variable, check_input
+from ansible_collections.kimi.deploy.plugins.plugin_utils._site import Site, role_ports
 
-# The gateway's settings: kimi_gateway's role variables (their defaults in its defaults/main.yml).
-SETTINGS = {"router": "kimi_gateway_router", "policy": "kimi_gateway_policy", "port": "kimi_gateway_port",
-            "metrics_port": "kimi_gateway_metrics_port", "https_port": "kimi_gateway_https_port",
-            "extra_args": "kimi_gateway_router_extra_args", "retry": "kimi_gateway_retry",
-            "health_interval": "kimi_gateway_health_interval", "health_failures": "kimi_gateway_health_failures",
-            "usage_port": "kimi_gateway_usage_port", "usage_metrics_port": "kimi_gateway_usage_metrics_port"}
+# The gateway's settings: kimi_gateway's role variables (their defaults in the model's table, _model/gateway.SETTINGS).
+SETTINGS = dict((key, variable) for key, (variable, _default) in _gateway.SETTINGS.items())
 
 
 class ActionModule(ActionBase):
@@ -41,9 +38,9 @@ class ActionModule(ActionBase):
         site = Site(self._templar, task_vars, False if args.get("plan_fleet") else None)
         me, get = site.me, site.get
         settings = {}
-        for key, variable in SETTINGS.items():
+        for key, (variable, default) in _gateway.SETTINGS.items():
             found = get(me, variable)
-            settings[key] = role_default("kimi_gateway", variable) if found is _site.MISSING else found
+            settings[key] = default if found is _site.MISSING else found
         # caddy_proxy's client entries on this host: their names, priority classes and limits (never their keys)
         clients = get(me, "caddy_proxy_clients")
         settings["clients"] = None if clients is _site.MISSING else clients
@@ -78,6 +75,10 @@ class ActionModule(ActionBase):
             note = (" " + args["changed_so_far"]) if args.get("changed_so_far") else ""
             return dict(result, failed=True, msg="kimi.deploy: %s%s" % (refused, note))
         gateway["serves_here"] = bool(mine)
+        # Caddy's gateway site on this host: its address (caddy_proxy_site_address, else the inventory name) and the
+        # CA root a client of it trusts (caddy_proxy's, the model's table _model/host_values)
+        shared = site.host_values(me)
+        gateway["site"].update(address=shared["proxy"]["address"], ca_root=shared["host_paths"]["ca_root"])
         self.register_host_variables({"kimi_gateway": gateway}, VariableLayer.EPHEMERAL_FACT)
         return dict(result, changed=False, gateway=gateway, warnings=list(gateway["warnings"]))
 

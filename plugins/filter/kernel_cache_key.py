@@ -31,8 +31,9 @@ options:
 EXAMPLES = r"""
 - name: The kernel cache's folder
   ansible.builtin.debug:
-    msg: "/var/cache/kimi-k26/kernels/{{ kimi_deployment.kernel_cache.key_parts | kimi.deploy.kernel_cache_key(host) }}"
+    msg: "{{ kimi_deployment.kernel_cache.host_dir }}/{{ key }}"
   vars:
+    key: "{{ kimi_deployment.kernel_cache.key_parts | kimi.deploy.kernel_cache_key(host) }}"
     host: {image_digest: "sha256:...", arch: sm_90, driver_version: "580.95.05"}
 """
 

@@ -27,7 +27,7 @@ version_added: 1.0.0
 author: kimi.deploy maintainers (@kimi-deploy)
 options:
   root:
-    description: The kernel cache folder (kimi_serve_kernel_cache_dir).
+    description: The kernel cache folder (kimi_serve_kernel_cache_dir, default kimi_deployment.kernel_cache.host_dir).
     type: path
     required: true
   key:
@@ -43,7 +43,7 @@ options:
     type: dict
     default: {}
   peers:
-    description: The fleet's peer caches, C(name) and C(url) each (kimi_weights' C(__kimi_weights_peer_report.peer)).
+    description: The fleet's peer caches, C(name) and C(url) each (C(kimi_weights_peers.peers), kimi_weights' output).
     type: list
     elements: dict
     default: []
@@ -73,9 +73,9 @@ EXAMPLES = r"""
     root: /var/cache/kimi-k26/kernels
     key: "{{ key }}"
     state: fetched
-    peers: [{name: gpu-2, url: "https://10.0.0.12:8444"}]
-    peer_key: "{{ kimi_weights_peer_key }}"
-    peer_ca_bundle: /var/lib/kimi-k26/huggingface/.kimi-peer-ca.pem
+    peers: "{{ kimi_weights_peers.peers }}"  # [{name: gpu-2, url: "https://10.0.0.12:8444"}, ...]
+    peer_key: "{{ kimi_weights_peers.key }}"
+    peer_ca_bundle: "{{ kimi_weights_peers.ca_file }}"
 """
 
 RETURN = r"""

@@ -251,7 +251,7 @@ def test_site_stage_tags_keep_the_preflight():
     # preflight always runs: the resolution and the tasks of its imported VRAM-fit file are listed
     assert "Resolve the deployment" in out and "Check the site inputs" in out
     assert "Check the GPUs can hold the deployment" in out
-    assert "kimi.deploy.caddy_proxy : Check the proxy settings" in out
+    assert re.search(r"^ +Check the proxy settings\tTAGS: \[always, preflight\]$", out, re.M), out  # caddy_proxy's
     assert "nvidia_host : Check the driver settings" not in out and "kimi_weights : Start the download" not in out
 
 
@@ -422,22 +422,34 @@ def test_plan_on_an_inventory_refuses_pd_hosts_with_another_kv_dtype(tmp_path):
 def test_site_compares_the_hosts_of_a_replica_again_after_the_driver_stage(tmp_path):
     """The play that runs after the host stage (drivers installed, GPU facts read) resolves every host again and
     compares each group: two replica hosts with different GPUs are refused there, saying only the host stage ran
-    (started at that play: in preflight the bare hosts had no GPU facts to compare)."""
+    (that play run alone: in preflight the bare hosts had no GPU facts to compare). Both resolutions import
+    tasks/check_fit.yml, so --start-at-task cannot tell them apart: the play is copied beside site.yml's vars and
+    tasks."""
     inventory = group_inventory(tmp_path, [("gpu1", "h200-x8", {"kimi_replica": "r1"}),
                                            ("gpu2", "h100-x4", {"kimi_replica": "r1"})])
-    rc, out = playbook("-i", str(inventory), "site.yml", "-e", "quant=int4", "-e", "engine=vllm",
-                       "-e", "kimi_int4_revision=" + SHA, "-e", "kimi_allow_unfit=true",
-                       "--start-at-task", "Resolve the deployment with the GPUs the driver reports")
+    with open(os.path.join(ROOT, "playbooks", "site.yml")) as handle:
+        plays = yaml.safe_load(handle)
+    again = [play for play in plays if play["name"] == "Resolve again now that the driver reports the GPUs"]
+    for folder in ("vars", "tasks"):
+        (tmp_path / folder).symlink_to(os.path.join(ROOT, "playbooks", folder))
+    (tmp_path / "again.yml").write_text(yaml.safe_dump(again))
+    rc, out = playbook("-i", str(inventory), str(tmp_path / "again.yml"), "-e", "quant=int4", "-e", "engine=vllm",
+                       "-e", "kimi_int4_revision=" + SHA, "-e", "kimi_allow_unfit=true")
     assert rc != 0
     flat = re.sub(r"\s+", " ", out)
     assert "kimi_replica r1: gpu2 has 4 x NVIDIA H100 80GB HBM3 (sm_90, 80 GiB each), its head gpu1 8 x NVIDIA H200" \
         in flat
     assert "Only the host stage has run (driver, container toolkit, Docker)" in flat, out[-3000:]
-    with open(os.path.join(ROOT, "playbooks", "site.yml")) as handle:
-        plays = yaml.safe_load(handle)
-    resolving = [task for play in plays for task in play.get("tasks", [])
-                 if "kimi.deploy.deployment" in task and not task["kimi.deploy.deployment"].get("inputs_only")]
-    assert len(resolving) == 2 and not any("when" in task for task in resolving)  # every call compares the groups
+    # every call compares the groups: the resolving task runs unconditionally, imported by the two resolving plays
+    with open(os.path.join(ROOT, "playbooks", "tasks", "check_fit.yml")) as handle:
+        fit = yaml.safe_load(handle)
+    resolving = [task for task in fit if "kimi.deploy.deployment" in task]
+    assert len(resolving) == 1 and "when" not in resolving[0]
+    imports = [task for play in plays for task in play.get("tasks", [])
+               if task.get("ansible.builtin.import_tasks") == "tasks/check_fit.yml"]
+    assert len(imports) == 2 and not any("when" in task for task in imports)
+    assert [task for play in plays for task in play.get("tasks", []) if "kimi.deploy.deployment" in task
+            and not task["kimi.deploy.deployment"].get("inputs_only")] == []
 
 
 def test_site_refuses_a_disaggregated_deployment_whose_roles_differ_in_kv_dtype(tmp_path):

@@ -23,6 +23,21 @@ def galaxy():
         return yaml.safe_load(handle)
 
 
+def checkout_strategies():
+    """The strategies the checkout's own runs name: kimi.deploy.* FQCNs only (a short name would be a checkout file)."""
+    found = []
+    for path, pattern in (("ansible.cfg", r"^strategy *= *(\S+)"),
+                          (".config/molecule/config.yml", r"ANSIBLE_STRATEGY: \$\{KIMI_ANSIBLE_STRATEGY:-([^}]+)\}"),
+                          ("bench/converge.py", r'"KIMI_ANSIBLE_STRATEGY", "([^"]+)"')):
+        with open(os.path.join(ROOT, path), encoding="utf-8") as handle:
+            names = re.findall(pattern, handle.read(), re.M)
+        assert names, (path, pattern)
+        found += names
+    assert all(name.startswith("kimi.deploy.") for name in found), found
+    assert not re.search(r"^strategy_plugins", open(os.path.join(ROOT, "ansible.cfg"), encoding="utf-8").read(), re.M)
+    return found
+
+
 def test_the_built_collection_holds_only_what_a_user_installs(tmp_path):
     galaxy_bin = os.path.join(os.path.dirname(sys.executable), "ansible-galaxy")
     subprocess.run([galaxy_bin, "collection", "build", "--force", "--output-path", str(tmp_path), ROOT], check=True,
@@ -35,6 +50,10 @@ def test_the_built_collection_holds_only_what_a_user_installs(tmp_path):
     assert not unwanted, unwanted
     assert "docs/demo-bench.png" not in names and "changelogs/.plugin-cache.yaml" not in names
     assert "changelogs/changelog.yaml" in names
+    # Installed = cloned: every strategy this checkout runs (ansible.cfg, the molecule harness, the converge benchmark)
+    # is a plugin of the built collection, not a file of the checkout.
+    for strategy in checkout_strategies():
+        assert "plugins/strategy/%s.py" % strategy.split(".")[-1] in names, strategy
     assert os.path.getsize(built) < 2 * 2 ** 20, "the collection tarball grew past 2 MiB: %d bytes" % (
         os.path.getsize(built))
 

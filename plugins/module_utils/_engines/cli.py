@@ -18,8 +18,7 @@ __metaclass__ = type
 import json
 import re
 
-from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import check_no_control, fail, var
-from ansible_collections.kimi.deploy.plugins.module_utils._model.validate import full_match
+from ansible_collections.kimi.deploy.plugins.module_utils._common import check_no_control, fail, full_match, var
 
 # Options that carry a credential (the engines' and routers' flag lists: vLLM --api-key/--hf-token, SGLang
 # --api-key/--admin-api-key/--ssl-keyfile-password, SMG --api-key/--control-plane-api-keys/--tenant-api-key/

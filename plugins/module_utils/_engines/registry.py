@@ -22,15 +22,12 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engines.trtllm import
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.sglang_ascend import ENGINE as SGLANG_ASCEND
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.vllm import ENGINE as VLLM
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.vllm_ascend import ENGINE as VLLM_ASCEND
-from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError, fail, var
-from ansible_collections.kimi.deploy.plugins.module_utils._model.platforms import DEFAULT as DEFAULT_PLATFORM
-from ansible_collections.kimi.deploy.plugins.module_utils._model.platforms import ORDER as PLATFORM_ORDER
+from ansible_collections.kimi.deploy.plugins.module_utils._common import DeploymentError, fail, var
 
 # Keyed by build: an engine (the `engine` input) has one build per accelerator platform it runs on.
 ENGINES = dict((spec.get("key", spec["name"]), spec) for spec in (SGLANG, VLLM, TRTLLM, VLLM_ASCEND, SGLANG_ASCEND))
 for _key, _spec in ENGINES.items():
     _spec.setdefault("key", _key)
-    _spec.setdefault("platform", DEFAULT_PLATFORM)
     _spec.setdefault("container_env", {})
     _spec.setdefault("container_env_multi_node", {})
     _spec.setdefault("container_shm_bytes", None)
@@ -40,10 +37,13 @@ for _key, _spec in ENGINES.items():
 ENGINE_NAMES = tuple(sorted(set(spec["name"] for spec in ENGINES.values())))
 
 
-def builds_of(engine):
-    """The builds (registry keys) of the engine `engine`, in the platforms' order."""
+def builds_of(engine, order=()):
+    """The builds (registry keys) of the engine `engine`, in the platforms' `order` (the model passes
+    _model/platforms.ORDER; a platform not in it after those that are), then by key."""
+    order = tuple(order)
     return sorted((key for key, spec in ENGINES.items() if spec["name"] == engine),
-                  key=lambda key: (PLATFORM_ORDER.index(ENGINES[key]["platform"]), key))
+                  key=lambda key: (order.index(ENGINES[key]["platform"]) if ENGINES[key]["platform"] in order
+                                   else len(order), key))
 
 
 def build_of(engine, platform):

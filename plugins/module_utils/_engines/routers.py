@@ -26,7 +26,7 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engines.cli import ch
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import Arg
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.smg_1_13_0 import OPTIONS as SMG
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.vllm_router_0_1_17 import OPTIONS as VLLM_ROUTER
-from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError
+from ansible_collections.kimi.deploy.plugins.module_utils._common import DeploymentError
 
 # trtllm-serve disaggregated (click), read from tensorrt_llm/commands/serve.py on GitHub (the code index's copy, the
 # same file the 1.3.0rc17 serve list was read from is not the tag): the options of the `disaggregated` command.

@@ -12,16 +12,12 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
-    Arg, data_parallel, dist_init_addr, model, multi_node, pd_bootstrap_port, pd_prefill, pd_rdma_devices, pd_role,
-    pd_transfer_backend, pipelined, quantization, reasoning_parser, tool_parser, traced)
+    Arg, data_parallel, dist_init_addr, load_format, loader_extra_config, model, multi_node, pd_bootstrap_port,
+    pd_prefill, pd_rdma_devices, pd_role, pd_transfer_backend, pipelined, prefetch_threads, present, quantization,
+    reasoning_parser, resolved, spec_algorithm, spec_draft, spec_draft_revision, spec_draft_tokens, spec_pipelined,
+    spec_steps, spec_topk, speculative, tool_parser, traced)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.sglang_0_5_12_post1 import OPTIONS as V0_5_12_POST1
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.sglang_0_5_23 import OPTIONS as V0_5_23
-from ansible_collections.kimi.deploy.plugins.module_utils._model.kv_offload import kv_offload_value, kv_offloaded
-from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import (
-    spec_algorithm, spec_draft, spec_draft_revision, spec_draft_tokens, spec_pipelined, spec_steps, spec_topk,
-    speculative)
-from ansible_collections.kimi.deploy.plugins.module_utils._model.loader import (
-    load_format, loader_extra_config, prefetch_threads)
 
 # Speculative decoding, SGLang's form (its docs; seed 001's flags): --speculative-algorithm, the draft's path (a repo id
 # resolves in the offline cache as the target's does), and the EAGLE tree's steps, topk and verified draft tokens.
@@ -115,6 +111,7 @@ KERNEL_CACHE = {
 
 ENGINE = {
     "name": "sglang",
+    "platform": "nvidia",
     "serving_metrics": SERVING_METRICS,
     "title": "SGLang",
     "entrypoint": ("python3", "-m", "sglang.launch_server"),
@@ -218,10 +215,10 @@ ENGINE = {
         Arg("--disaggregation-bootstrap-port", "pd_bootstrap_port", pd_bootstrap_port, when=pd_prefill),
         Arg("--disaggregation-ib-device", "pd_rdma_devices", pd_rdma_devices, when=pd_rdma_devices),
         # The KV host tier (kimi_kv_offload): each rank's host pool in GB; the ratio is the collection's too.
-        Arg("--enable-hierarchical-cache", when=kv_offloaded),
-        Arg("--hicache-size", "kv_offload_gb", kv_offload_value, when=kv_offloaded),
+        Arg("--enable-hierarchical-cache", when=present("kv_offload")),
+        Arg("--hicache-size", "kv_offload_gb", resolved("kv_offload", "value"), when=present("kv_offload")),
         Arg("--hicache-ratio", "kv_offload_gb", when=lambda deployment: False),
-        Arg("--hicache-write-policy", "kv_offload", value="write_through", when=kv_offloaded),
+        Arg("--hicache-write-policy", "kv_offload", value="write_through", when=present("kv_offload")),
     ) + SPECULATIVE_ARGS + TRACE_ARGS,
     "config": None,
     "config_path": None,

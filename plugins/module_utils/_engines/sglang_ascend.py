@@ -15,14 +15,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import GIB
+from ansible_collections.kimi.deploy.plugins.module_utils._common import GIB
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
     Arg, model, pd_bootstrap_port, pd_prefill, pd_rdma_devices, pd_role, pd_transfer_backend, reasoning_parser,
-    tool_parser)
+    spec_draft_quantization, tool_parser)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.sglang import SPECULATIVE as SGLANG_SPECULATIVE
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.sglang import SPECULATIVE_ARGS, TRACE_ARGS
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.sglang_0_5_13_post1 import OPTIONS as V0_5_13_POST1
-from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import spec_draft_quantization
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.sglang import SERVING_METRICS
 
 # Kernel caches (_model/kernel_cache.py): DeepGEMM is CUDA-only, so of SGLang's caches (sglang/srt/environ.py) the

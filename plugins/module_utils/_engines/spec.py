@@ -19,7 +19,7 @@ An engine file declares ENGINE, a dict read by _engines (the registry), _fit and
                       runtime_reserve_bytes, meaning (a sentence for the plan).
   context:            "strict" (the engine refuses a context above its KV pool) or "warn".
   key:                the registry key where it differs from name: a build of the engine for another platform
-                      (vllm-ascend is engine=vllm on Ascend); platform: nvidia (default) or ascend.
+                      (vllm-ascend is engine=vllm on Ascend); platform: the platform it runs on (_model/platforms.py).
   multi_node:         "pipeline", "tensor", "data" (tensor parallel attention_tp inside each data-parallel rank, the
                       ranks over the hosts, experts over all) or None (not served over several hosts; multi_node_why).
   attention_tp:       for "data" (and attention_dp engines): the tensor-parallel size of one data-parallel rank.
@@ -43,7 +43,7 @@ An engine file declares ENGINE, a dict read by _engines (the registry), _fit and
                       the engine's name}, drafts: {method: the known draft}, refused: ((condition(method, quant,
                       deployment), why), ...), metrics: its acceptance series (_model.speculative.acceptance), and
                       draft_quantization where the draft must not inherit the target's --quantization}. The flags are
-                      Args on the speculative* fields (_speculative's spec_* functions).
+                      Args on the speculative* fields (the spec_* functions below).
   kernel_cache:       None, or the compile/autotune caches a restart can reuse (_model/kernel_cache.py): env {the
                       variable that moves a cache: its sub-folder of the key's folder}, primary (the variable whose
                       folder the engine fills first: the engine double's), precompile (argv prefix of an ahead-of-time
@@ -61,8 +61,7 @@ __metaclass__ = type
 
 import json
 
-from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import CHECKPOINTS
-from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import text
+from ansible_collections.kimi.deploy.plugins.module_utils._common import text
 
 
 class Arg:
@@ -106,7 +105,7 @@ def model(deployment):
 def quantization(deployment):
     """The --quantization value of the checkpoint, or None where the engine detects it (INT4 compressed-tensors: a
     mismatching --quantization fails at start-up)."""
-    return {"modelopt": "modelopt_fp4"}.get(CHECKPOINTS[deployment["quant"]]["quant_method"])
+    return {"modelopt": "modelopt_fp4"}.get(deployment["checkpoint"]["quant_method"])
 
 
 def nvfp4(deployment):
@@ -187,3 +186,124 @@ def pd_kv_transfer_config(deployment):
     """vLLM's --kv-transfer-config JSON, or None."""
     config = (deployment.get("pd") or {}).get("kv_transfer_config")
     return json.dumps(config, separators=(",", ":"), sort_keys=True) if config else None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Features: what an engine file reads of a feature the model resolved (_model/deployment.py's FEATURES, in resolve()).
+# A feature's field is None when it is off, else a dict of values already resolved for the engines; an Arg names the
+# field and the value it emits, and nothing here decides anything.
+# ---------------------------------------------------------------------------------------------------
+
+def present(field):
+    """An Arg's `when`: the deployment has the feature `field` (e.g. kv_offload, the KV host tier)."""
+    def when(deployment):
+        return bool(deployment.get(field))
+    when.__name__ = "present_%s" % field
+    return when
+
+
+def resolved(field, key):
+    """An Arg's value: the feature's resolved `key` (deployment[field][key]), None where the feature is off."""
+    def value(deployment):
+        return (deployment.get(field) or {}).get(key)
+    value.__name__ = "%s_%s" % (field, key)
+    return value
+
+
+def never(_deployment):
+    """A condition for an option the collection owns but never emits (vLLM's --spec-method shorthand: the method is in
+    --speculative-config)."""
+    return False
+
+
+# Speculative decoding (_model/speculative.py resolves deployment["speculative"]: method, engine_method, draft
+# {repo_id, revision}, tokens, topk, draft_tokens, draft_quantization), in each engine's form.
+DRAFT_METHODS = ("eagle3", "dflash")
+
+
+def speculative(deployment):
+    return bool(deployment.get("speculative"))
+
+
+def spec_algorithm(deployment):
+    return deployment["speculative"]["engine_method"]
+
+
+def spec_draft(deployment):
+    """The draft's repo id (the engine resolves it in the offline Hugging Face cache, as it does the target), or
+    None."""
+    draft = (deployment.get("speculative") or {}).get("draft")
+    return draft["repo_id"] if draft else None
+
+
+def spec_steps(deployment):
+    """SGLang's --speculative-num-steps (EAGLE-3 only)."""
+    spec = deployment.get("speculative") or {}
+    return str(spec["tokens"]) if spec.get("method") == "eagle3" else None
+
+
+def spec_topk(deployment):
+    spec = deployment.get("speculative") or {}
+    return str(spec["topk"]) if spec.get("topk") else None
+
+
+def spec_draft_tokens(deployment):
+    """SGLang's --speculative-num-draft-tokens: the EAGLE tree's verified tokens, or the DFlash / n-gram block."""
+    spec = deployment.get("speculative") or {}
+    if not spec or not spec.get("tokens"):
+        return None
+    return str(spec["draft_tokens"] if spec.get("topk") else spec["tokens"])
+
+
+def spec_draft_revision(deployment):
+    """The draft's pinned commit (the engine loads that snapshot of the offline cache), or None in a preview."""
+    draft = (deployment.get("speculative") or {}).get("draft")
+    return draft["revision"] if draft and draft["revision"] else None
+
+
+def spec_draft_quantization(deployment):
+    return (deployment.get("speculative") or {}).get("draft_quantization")
+
+
+def spec_config(deployment):
+    """vLLM's --speculative-config JSON, or None."""
+    spec = deployment.get("speculative")
+    if not spec:
+        return None
+    config = {"method": spec["engine_method"], "num_speculative_tokens": spec["tokens"]}
+    if spec["draft"]:
+        config["model"] = spec["draft"]["repo_id"]
+        if spec["draft"]["revision"]:
+            config["revision"] = spec["draft"]["revision"]
+    return json.dumps(config, separators=(",", ":"), sort_keys=True)
+
+
+# Conditions for the engine data's speculative.refused: (method, quant, deployment) -> true when refused.
+def spec_pipelined(_method, _quant, deployment):
+    return deployment["pp"] > 1
+
+
+def with_draft(method, _quant, _deployment):
+    return method in DRAFT_METHODS
+
+
+# The weight loader (_model/loader.py resolves deployment["loader"]: format, extra_config, prefetch_threads,
+# load_strategy).
+def load_format(deployment):
+    """--load-format's value, or None (the engine's default: nothing emitted)."""
+    return (deployment.get("loader") or {}).get("format")
+
+
+def loader_extra_config(deployment):
+    """--model-loader-extra-config's JSON, or None."""
+    extra = (deployment.get("loader") or {}).get("extra_config")
+    return json.dumps(extra, separators=(",", ":"), sort_keys=True) if extra else None
+
+
+def prefetch_threads(deployment):
+    threads = (deployment.get("loader") or {}).get("prefetch_threads")
+    return str(threads) if threads else None
+
+
+def load_strategy(deployment):
+    return (deployment.get("loader") or {}).get("load_strategy")

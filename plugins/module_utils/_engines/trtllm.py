@@ -19,7 +19,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import GB, GIB
+from ansible_collections.kimi.deploy.plugins.module_utils._common import GB, GIB
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
     Arg, model, otlp_url, reasoning_parser, tool_parser, traced)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.trtllm_1_3_0rc17 import (
@@ -123,6 +123,7 @@ KERNEL_CACHE = {
 
 ENGINE = {
     "name": "trtllm",
+    "platform": "nvidia",
     "serving_metrics": SERVING_METRICS,
     "title": "TensorRT-LLM",
     "entrypoint": ("trtllm-serve",),

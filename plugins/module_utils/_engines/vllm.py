@@ -11,17 +11,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import GB
+from ansible_collections.kimi.deploy.plugins.module_utils._common import GB
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
-    Arg, data_parallel, model, multi_node, nvfp4, otlp_url, pd_kv_transfer_config, pipelined, quantization,
-    reasoning_parser, tool_parser, traced, worker)
+    Arg, data_parallel, load_format, load_strategy, loader_extra_config, model, multi_node, never, nvfp4, otlp_url,
+    pd_kv_transfer_config, pipelined, present, quantization, reasoning_parser, resolved, spec_config, spec_pipelined,
+    speculative, tool_parser, traced, with_draft, worker)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.vllm_0_22_1 import OPTIONS as V0_22_1
-from ansible_collections.kimi.deploy.plugins.module_utils._model.kv_offload import kv_offload_value, kv_offloaded
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.vllm_0_33_0 import OPTIONS as V0_33_0
-from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import (
-    never, spec_config, spec_pipelined, speculative, with_draft)
-from ansible_collections.kimi.deploy.plugins.module_utils._model.loader import (
-    load_format, load_strategy, loader_extra_config)
 
 # Speculative decoding, vLLM's form (its docs; seed 004's flags): one --speculative-config JSON with the method, the
 # draft (a repo id, resolved in the offline cache as the target's is) and num_speculative_tokens.
@@ -131,6 +127,7 @@ def slots(deployment, given):
 
 ENGINE = {
     "name": "vllm",
+    "platform": "nvidia",
     "serving_metrics": SERVING_METRICS,
     "title": "vLLM",
     "entrypoint": ("vllm", "serve"),
@@ -245,8 +242,8 @@ ENGINE = {
         # A disaggregated deployment (kimi_pd): the KV connector and this instance's role in it.
         Arg("--kv-transfer-config", "pd_role", pd_kv_transfer_config, when=pd_kv_transfer_config),
         # The KV host tier (kimi_kv_offload): the backend and the replica's total in GiB.
-        Arg("--kv-offloading-backend", "kv_offload", value="native", when=kv_offloaded),
-        Arg("--kv-offloading-size", "kv_offload_gb", kv_offload_value, when=kv_offloaded),
+        Arg("--kv-offloading-backend", "kv_offload", value="native", when=present("kv_offload")),
+        Arg("--kv-offloading-size", "kv_offload_gb", resolved("kv_offload", "value"), when=present("kv_offload")),
         # Traces (kimi_otlp_endpoint): vLLM's OTLP/gRPC exporter (vllm/tracing; its wheel requires opentelemetry).
         Arg("--otlp-traces-endpoint", "otlp_endpoint", otlp_url, when=traced),
         # Speculative decoding (kimi_speculative); the --spec-* shorthands of the same config are the collection's too.

@@ -16,13 +16,12 @@ __metaclass__ = type
 
 import json
 
-from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import GB, GIB
+from ansible_collections.kimi.deploy.plugins.module_utils._common import GB, GIB
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import (
     Arg, data_parallel, data_parallel_local, data_parallel_start_rank, model, multi_node, otlp_url,
-    pd_kv_transfer_config, reasoning_parser, tool_parser, traced, worker)
+    pd_kv_transfer_config, reasoning_parser, spec_config, speculative, tool_parser, traced, worker)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.vllm import SPECULATIVE as VLLM_SPECULATIVE
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.flags.vllm_0_20_2 import OPTIONS as VLLM_0_20_2
-from ansible_collections.kimi.deploy.plugins.module_utils._model.speculative import spec_config, speculative
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.vllm import SERVING_METRICS, slots
 
 # Kernel caches (_model/kernel_cache.py): vLLM's own VLLM_CACHE_ROOT (vllm/envs.py; vllm-ascend runs vLLM's

@@ -10,9 +10,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-GIB = 1024 ** 3
-MIB = 1024 ** 2
-GB = 1000 ** 3
+from ansible_collections.kimi.deploy.plugins.module_utils._common import GB, GIB, MIB  # noqa: F401 (re-exported)
 
 CHECKPOINTS = {
     "int4": {

@@ -21,60 +21,12 @@ import math
 import os
 import re
 
+from ansible_collections.kimi.deploy.plugins.module_utils._common import (  # noqa: F401 (re-exported)
+    CONTROL_RE, MAX_TEXT, DeploymentError, control_name, refuse, refuse_control as check_no_control)
 
-class DeploymentError(ValueError):
-    """An input that cannot be deployed. The message names the variable and the allowed values."""
-
-
-def refuse(variable, value, allowed, why=None):
-    shown = repr(value)
-    if len(shown) > 200:  # a huge value is named by its start
-        shown = shown[:160] + "... (%d characters)" % len(shown)
-    msg = "%s=%s is not allowed" % (variable, shown)
-    if why:
-        msg += ": %s" % why
-    if allowed:
-        msg += ". Allowed values: %s" % ", ".join(str(a) for a in allowed)
-    raise DeploymentError(msg)
-
-
-# Characters that would split or bend what a string is written into (an argv element in the args file, a unit line, a
-# YAML value, a line of a file): C0 (newline, carriage return, tab, NUL, ...), DEL, C1 (NEL among them) and the
-# Unicode line and paragraph separators.
-CONTROL_RE = re.compile(u"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-# The longest string any input takes (a path, a URL, an extra argument): longer is a mistake, not a setting.
-MAX_TEXT = 4096
 # Ansible's boolean spellings (ansible.module_utils.parsing.convert_bool), as -e and the inventory give them.
 TRUE = ("y", "yes", "on", "1", "true", "t")
 FALSE = ("n", "no", "off", "0", "false", "f")
-
-
-def control_name(char):
-    names = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab", "\x00": "a NUL",
-             u"\u2028": "a Unicode line separator", u"\u2029": "a Unicode paragraph separator", u"\x85": "a NEL"}
-    return names.get(char, "the control character U+%04X" % ord(char))
-
-
-def check_no_control(variable, value, where=""):
-    """Refuse a control character anywhere in `value` (a string, or strings inside lists and dicts, keys too), or a
-    string longer than MAX_TEXT, naming the variable and the element (`where`, e.g. "element 2")."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            check_no_control(variable, key, "%skey %r" % (where + " " if where else "", key))
-            check_no_control(variable, item, "%s%r" % (where + " " if where else "", key))
-    elif isinstance(value, (list, tuple)):
-        for number, item in enumerate(value):
-            check_no_control(variable, item, "%selement %d" % (where + " " if where else "", number))
-    elif isinstance(value, str):
-        match = CONTROL_RE.search(value)
-        if match:
-            refuse(variable, value, None, "%s holds %s at character %d: no control character may be in a value that "
-                   "becomes an argument, a unit line, a YAML value or a line of a file"
-                   % (where or "the value", control_name(match.group()), match.start()))
-        if len(value) > MAX_TEXT:
-            refuse(variable, value, None, "%s is %d characters long, at most %d are taken"
-                   % (where or "the value", len(value), MAX_TEXT))
-    return value
 
 
 def _number(value, kind):

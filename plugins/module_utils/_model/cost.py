@@ -62,3 +62,13 @@ def per_million_tokens(per_hour, tokens_per_s):
     if per_hour is None or not tokens_per_s:
         return None
     return round(per_hour / (tokens_per_s * 3600.0) * 1e6, 6)
+
+
+def resolve(ctx):
+    """The feature's fragment of the deployment: {"hour_cost": what the host's accelerators cost per hour}
+    (kimi_gpu_hour_cost; the node series, dashboard and bench read it), with a warning where no cost is known."""
+    costs = check_costs(ctx["inputs"].get("gpu_hour_cost"))
+    cost = hour_cost(ctx["summary"], costs)
+    if costs and cost["accelerators"] and cost["per_hour"] is None:
+        ctx["warnings"].append("no cost per hour for this host: " + cost["why"])
+    return {"hour_cost": cost}

@@ -23,11 +23,29 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry impo
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.routers import ROUTERS, checked_argv
 from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError, check_int, check_text, fail, is_unset
 from ansible_collections.kimi.deploy.plugins.module_utils._model.metrics_routes import routes
+from ansible_collections.kimi.deploy.plugins.module_utils._model.ports import ROLE_PORTS
 from ansible_collections.kimi.deploy.plugins.module_utils._model.report import shell_line
 
 # The routers a gateway may run, the default first: SMG serves every engine build (its regular mode proxies the
 # OpenAI API), cache-aware across a mixed fleet mid-switch; vllm-router serves vLLM builds only.
 GATEWAY_ROUTERS = ("smg", "vllm-router")
+
+# The gateway's settings (resolve_gateway's `settings`): key -> (kimi_gateway's role variable, its default). The ports'
+# defaults are ports.ROLE_PORTS'; kimi_gateway's defaults/main.yml holds the same literals (tests/unit/roles/
+# test_role_contracts.py holds them equal), and the gateway action reads the defaults from here, never from the role.
+SETTINGS = {
+    "router": ("kimi_gateway_router", None),
+    "policy": ("kimi_gateway_policy", "cache_aware"),
+    "port": ("kimi_gateway_port", ROLE_PORTS["kimi_gateway_port"][3]),
+    "metrics_port": ("kimi_gateway_metrics_port", ROLE_PORTS["kimi_gateway_metrics_port"][3]),
+    "https_port": ("kimi_gateway_https_port", ROLE_PORTS["kimi_gateway_https_port"][3]),
+    "extra_args": ("kimi_gateway_router_extra_args", []),
+    "retry": ("kimi_gateway_retry", "10s"),
+    "health_interval": ("kimi_gateway_health_interval", 5),
+    "health_failures": ("kimi_gateway_health_failures", 2),
+    "usage_port": ("kimi_gateway_usage_port", ROLE_PORTS["kimi_gateway_usage_port"][3]),
+    "usage_metrics_port": ("kimi_gateway_usage_metrics_port", ROLE_PORTS["kimi_gateway_usage_metrics_port"][3]),
+}
 DURATION_RE = re.compile(r"[0-9]+(ms|s|m)")
 
 

@@ -11,39 +11,21 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kimi.deploy.plugins.module_utils._model import constraints as _constraints
-from ansible_collections.kimi.deploy.plugins.module_utils._model.constraints import refuse
+# The model's modules and the filters take the error, the refusal and the control-character rule from here; they are
+# _common's, which the engine data uses too (it never imports the model).
+from ansible_collections.kimi.deploy.plugins.module_utils._common import (  # noqa: F401 (re-exported)
+    CONTROL_RE, DeploymentError, check_no_control, control_name, fail, fmt, full_match, name_variables, text, var)
 from ansible_collections.kimi.deploy.plugins.module_utils._model.site_inputs import INPUTS
-from ansible_collections.kimi.deploy.plugins.module_utils._model.validate import full_match
-
-
-# The model's modules and the filters take the error and the control-character rule from here.
-DeploymentError = _constraints.DeploymentError
-CONTROL_RE, control_name = _constraints.CONTROL_RE, _constraints.control_name
 
 # Variable names users set (inventory or -e), by field, from the one table of site inputs; errors name both. The
 # rest name what the inventory implies (the replica's size and a host's place in it) or a family (a revision per quant).
-VARIABLES = dict((item.field, item.variable) for item in INPUTS if item.field)
+# Declared to _common, whose var() every refusal (the engines' too) names them by.
+VARIABLES = name_variables(dict((item.field, item.variable) for item in INPUTS if item.field))
 VARIABLES.update({
     "revision": "kimi_<quant>_revision",
     "nodes": "kimi_replica (the hosts that share it)",
     "node_rank": "kimi_replica (the host's place among the replica's hosts, in inventory order)",
 })
-
-
-def var(field):
-    """The variable a user sets for `field`."""
-    return VARIABLES.get(field, field)
-
-
-def fail(field, value, allowed, why=None):
-    refuse(var(field), value, allowed, why)
-
-
-def check_no_control(field, value, where=""):
-    """Refuse a control character anywhere in `value` (strings inside lists and dicts, keys too), naming the variable of
-    `field` and the element (`where`, e.g. "element 2")."""
-    return _constraints.check_no_control(var(field), value, where)
 
 
 def is_unset(value):
@@ -78,15 +60,3 @@ def check_text(field, value, pattern, allowed, default):
     if not full_match(pattern, value):
         fail(field, value, allowed)
     return value
-
-
-def fmt(number):
-    """A float as the engines' flags take it: 0.85, 0.9, 1.0 (no trailing zeros but one)."""
-    text = ("%.3f" % number).rstrip("0")
-    return text + "0" if text.endswith(".") else text
-
-
-def text(value):
-    if isinstance(value, float):
-        return fmt(value)
-    return str(value)

@@ -5,9 +5,11 @@
 FlashInfer, DeepGEMM JIT), kept on a host folder per cache key. Private to kimi.deploy.
 
 The engine data (_engines/<engine>.py, `kernel_cache`, per build with a per-version override) says which environment
-variables move each cache; kimi_serve mounts <kimi_serve_kernel_cache_dir>/<key> at CONTAINER_DIR and points those
-variables into it. The key hashes everything that changes the compiled kernels: a cache built for another key is never
-mounted, because its folder has another name.
+variables move each cache; kimi_serve mounts <HOST_DIR>/<key> at CONTAINER_DIR and points those variables into it. The
+key hashes everything that changes the compiled kernels: a cache built for another key is never mounted, because its
+folder has another name. The host folder is the model's (`kimi_deployment.kernel_cache.host_dir`): kimi_serve keeps the
+caches there (kimi_serve_kernel_cache_dir defaults to it), kimi_weights' peer cache serves its published ones
+(kimi_weights_peer_kernel_dir) and bundle.yml carries them (kimi_bundle_kernel_caches), none of them naming it itself.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,6 +22,8 @@ import re
 
 # Where the container sees its key's folder.
 CONTAINER_DIR = "/root/.cache/kimi-kernels"
+# The host folder that holds one folder per key (and each published key's archive and marker beside it).
+HOST_DIR = "/var/cache/kimi-k26/kernels"
 
 # The parts of a key, in order: the deployment's (known where it is resolved) and the host's (read by kimi_serve: the
 # image it pulled, the accelerators' architecture and driver).
@@ -59,13 +63,14 @@ def deployment_parts(deployment):
 
 
 def entry(engine_spec, version, deployment):
-    """The deployment's kernel_cache entry: container_dir, env, primary (the variable whose folder the engine fills
-    first), compile_log (its compile phase in the log), precompile, sources, key_parts; None where the release keeps
-    no cache."""
+    """The deployment's kernel_cache entry: host_dir (the host folder of the keys' folders), container_dir, env, primary
+    (the variable whose folder the engine fills first), precompile, sources, key_parts; None where the release keeps no
+    cache."""
     spec = spec_of(engine_spec, version)
     if not spec:
         return None
     return {
+        "host_dir": HOST_DIR,
         "container_dir": CONTAINER_DIR,
         "env": container_env(spec),
         "primary": spec["primary"],

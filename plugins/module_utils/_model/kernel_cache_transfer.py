@@ -4,7 +4,8 @@
 """Kernel caches that travel: publish a verified key's folder as one archive beside it, fetch a matching one from a
 fleet peer (or install one from the air-gap bundle). Private to kimi.deploy.
 
-Layout under the kernel cache folder (kimi_serve_kernel_cache_dir), one set per key:
+Layout under the kernel cache folder (kimi_deployment.kernel_cache.host_dir, kimi_serve_kernel_cache_dir), one set per
+key:
   <key>/           the folder the engine fills (mounted into its container)
   <key>.tar        its archive, written after a verified start (what peers and the bundle carry)
   <key>.verified   the marker: key, identity, parts, and the archive's size and sha256 (written last: a peer that

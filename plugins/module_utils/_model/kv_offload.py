@@ -8,8 +8,10 @@ Each engine data file declares `kv_offload` (None, with kv_offload_why naming th
 for Kimi-K2.6's MLA): {mechanism: what the plan calls it, split: how the engine divides its size ("replica": one total
 over every rank of the replica, vLLM's --kv-offloading-size; "rank": each rank's own pool, SGLang's --hicache-size,
 TensorRT-LLM's host_cache_size), unit: the unit its value is written in ("GiB", "GB" or "bytes"), source: where the
-release says so, metrics: its hit-rate series}. The engine files emit the flags from deployment["kv_offload"]
-(Args with when=kv_offloaded); this module only sizes it.
+release says so, metrics: its hit-rate series}. This module sizes the tier during resolve() (resolve(ctx), a feature
+of _model/deployment.py's FEATURES) into deployment["kv_offload"]; the engine files emit their flags from that dict's
+resolved `value` (Args with _engines.spec.present("kv_offload") and resolved("kv_offload", "value")) and import
+nothing from here.
 
 The sizing rule: the tier is pinned memory that the kernel cannot reclaim, so it gets what is left of the host's RAM
 after HOST_RESERVE (the OS, the container, the engine's own processes: the larger of a floor and a share of RAM), the
@@ -30,11 +32,6 @@ CHOICES = ("none", "host")
 # MemAvailable its page-cache warming keeps; a unit test compares them), the share scales it on larger hosts.
 HOST_RESERVE = {"floor_bytes": 64 * GIB, "share": 0.10}
 MIB = 1024 ** 2
-
-
-def kv_offloaded(deployment):
-    """An Arg's `when`: the deployment has a host tier."""
-    return bool(deployment.get("kv_offload"))
 
 
 def reserve_bytes(memory_bytes):
@@ -141,9 +138,12 @@ def resolve_kv_offload(inputs, spec, deployment, warnings):
                 tier["mechanism"], size_gib, ranks_here, tokens, why, tier["source"])}
 
 
-def kv_offload_value(deployment):
-    """The flag or config value the engine takes (an Arg's value)."""
-    return deployment["kv_offload"]["value"]
+def resolve(ctx):
+    """The feature's fragment of the deployment: {"kv_offload": the tier or None}, its reason added (the plan's)."""
+    tier = resolve_kv_offload(ctx["inputs"], ctx["spec"], ctx["deployment"], ctx["warnings"])
+    if tier:
+        ctx["reasons"].append(tier["why"])
+    return {"kv_offload": tier}
 
 
 def memory_bytes_from_facts(facts):

@@ -30,8 +30,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
-
 from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError, fail, is_unset, var
 
 # Sequential MB/s (10^6 bytes) from which a streaming/parallel loader pays: a single NVMe drive reads 3-7 GB/s, a
@@ -135,26 +133,11 @@ def choose(spec, version, choice=None, read_mbps=None):
     return out
 
 
-# Functions of a resolved deployment for the engine files' Args (the deployment's `loader`, from choose()).
-def _loader(deployment):
-    return deployment.get("loader") or {}
-
-
-def load_format(deployment):
-    """--load-format's value, or None (the engine's default: nothing emitted)."""
-    return _loader(deployment).get("format")
-
-
-def loader_extra_config(deployment):
-    """--model-loader-extra-config's JSON, or None."""
-    extra = _loader(deployment).get("extra_config")
-    return json.dumps(extra, separators=(",", ":"), sort_keys=True) if extra else None
-
-
-def prefetch_threads(deployment):
-    threads = _loader(deployment).get("prefetch_threads")
-    return str(threads) if threads else None
-
-
-def load_strategy(deployment):
-    return _loader(deployment).get("load_strategy")
+def resolve(ctx):
+    """The feature's fragment of the deployment: {"loader": choose()'s loader, "load_format": its format}, its
+    warnings and reason added."""
+    inputs = ctx["inputs"]
+    loader = choose(ctx["spec"], ctx["version"], inputs.get("load_format"), inputs.get("weights_read_mbps"))
+    ctx["warnings"].extend(loader.pop("warnings"))
+    ctx["reasons"].append(loader["why"])
+    return {"loader": loader, "load_format": loader["format"]}

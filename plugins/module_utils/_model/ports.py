@@ -4,8 +4,9 @@
 """Every port the collection opens on a host, in one table; two users of one port are refused naming both.
 
 The deployment's own ports come from the resolved deployment (the engine, the replica's rendezvous on its head, the
-PD bootstrap server and the PD router); the roles' ports are role variables whose defaults live in the roles'
-defaults/main.yml (ROLE_PORTS names the role; the deployment action reads the default from there).
+PD bootstrap server and the PD router); the roles' ports are role variables, each owned by the role ROLE_PORTS names,
+with its default here (the role's defaults/main.yml holds the same literal: tests/unit/roles/test_role_contracts.py
+holds them equal; the deployment action reads the default from this table, never from a role's files).
 Private to kimi.deploy.
 """
 
@@ -24,21 +25,23 @@ LISTENERS = {
     "kimi_pd_router_metrics_port": "the PD router's metrics",
 }
 
-# variable: (the role whose defaults/main.yml declares it, what listens there, the group its hosts are in or None)
+# variable: (the role whose defaults/main.yml declares it, what listens there, the group its hosts are in or None,
+# its default)
 ROLE_PORTS = {
-    "caddy_proxy_https_port": ("caddy_proxy", "Caddy's HTTPS listener", None),
-    "kimi_weights_peer_port": ("kimi_weights", "the fleet's weights peer cache (Caddy)", None),
-    "kimi_metrics_node_exporter_port": ("kimi_metrics", "the node exporter", None),
-    "kimi_metrics_accelerator_exporter_port": ("kimi_metrics", "the accelerator exporter", None),
-    "kimi_serve_replica_watchdog_port": ("kimi_serve", "the replica watchdog", None),
+    "caddy_proxy_https_port": ("caddy_proxy", "Caddy's HTTPS listener", None, 443),
+    "kimi_weights_peer_port": ("kimi_weights", "the fleet's weights peer cache (Caddy)", None, 8444),
+    "kimi_metrics_node_exporter_port": ("kimi_metrics", "the node exporter", None, 9100),
+    "kimi_metrics_accelerator_exporter_port": ("kimi_metrics", "the accelerator exporter", None, 9400),
+    "kimi_serve_replica_watchdog_port": ("kimi_serve", "the replica watchdog", None, 9480),
     # the fleet gateway (kimi_gateway) runs on the kimi_gateways hosts only
-    "kimi_gateway_port": ("kimi_gateway", "the fleet gateway's router", "kimi_gateways"),
-    "kimi_gateway_metrics_port": ("kimi_gateway", "the fleet gateway router's metrics", "kimi_gateways"),
-    "kimi_gateway_https_port": ("kimi_gateway", "Caddy's HTTPS listener of the fleet gateway", "kimi_gateways"),
-    "kimi_gateway_usage_port": ("kimi_gateway", "the fleet gateway's usage tap", "kimi_gateways"),
-    "kimi_gateway_usage_metrics_port": ("kimi_gateway", "the fleet gateway usage tap's metrics", "kimi_gateways"),
+    "kimi_gateway_port": ("kimi_gateway", "the fleet gateway's router", "kimi_gateways", 30090),
+    "kimi_gateway_metrics_port": ("kimi_gateway", "the fleet gateway router's metrics", "kimi_gateways", 29010),
+    "kimi_gateway_https_port": ("kimi_gateway", "Caddy's HTTPS listener of the fleet gateway", "kimi_gateways", 8443),
+    "kimi_gateway_usage_port": ("kimi_gateway", "the fleet gateway's usage tap", "kimi_gateways", 30091),
+    "kimi_gateway_usage_metrics_port": ("kimi_gateway", "the fleet gateway usage tap's metrics", "kimi_gateways",
+                                        29011),
     # host:port; Prometheus runs on the kimi_monitoring hosts only
-    "kimi_monitoring_listen_address": ("kimi_monitoring", "Prometheus", "kimi_monitoring"),
+    "kimi_monitoring_listen_address": ("kimi_monitoring", "Prometheus", "kimi_monitoring", "127.0.0.1:9090"),
 }
 
 

@@ -6,22 +6,22 @@ kimi.deploy.
 
 kimi_speculative is `none` (the default), `eagle3` or `dflash` (a draft model proposes tokens that the target checks in
 one forward pass), or `ngram` (the prompt itself is the draft: no model). resolve_speculative() is called by
-_deployment.resolve() and decides, from the engine's data (its `speculative` field) and the version's own flag list
-(the methods it accepts): the engine's name of the method, the draft (a known one from _model.checkpoints.DRAFTS, or the
-user's repo with its pinned revision), the knobs with each engine's rules, and a refusal with the reason where the
-engine version, the quant or the deployment cannot run it. The engine data files emit the flags from the
-`speculative` field (the spec_* functions below). draft_mismatch() compares a downloaded draft's config.json with the
-target's (kimi_weights runs it before anything serves); acceptance() reads the engine's metrics into the acceptance
-rate and mean accepted length the verify summary reports.
+the deployment's resolve() and decides, from the engine's data (its `speculative` field) and the version's own flag
+list (the methods it accepts): the engine's name of the method, the draft (a known one from _model.checkpoints.DRAFTS,
+or the user's repo with its pinned revision), the knobs with each engine's rules, and a refusal with the reason where
+the engine version, the quant or the deployment cannot run it. The engine data files emit the flags from the
+`speculative` field (_engines/spec.py's spec_* functions read it; nothing here renders a flag). draft_mismatch()
+compares a downloaded draft's config.json with the target's (kimi_weights runs it before anything serves);
+acceptance() reads the engine's metrics into the acceptance rate and mean accepted length the verify summary reports.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import re
 
+from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import DRAFT_METHODS
 from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import (
     DRAFTS, TARGET_HIDDEN_SIZE, TARGET_LAYERS, TARGET_VOCAB_SIZE, UNKNOWN_DRAFT_BYTES)
 from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import (
@@ -29,7 +29,6 @@ from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import (
 from ansible_collections.kimi.deploy.plugins.module_utils._model.validate import ValueRuleError, check_revision
 
 METHODS = ("none", "eagle3", "dflash", "ngram")
-DRAFT_METHODS = ("eagle3", "dflash")
 REPO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
 REVISION_VARIABLE = "kimi_speculative_draft_revision"
 # The range of each knob (the engines take larger values; past these the verify cost outgrows any acceptance).
@@ -215,82 +214,6 @@ def summary_line(speculative):
     draft = speculative["draft"]
     return "%s (%s)%s, %s" % (speculative["method"], speculative["engine_method"], (
         " with %s@%s" % (draft["repo_id"], (draft["revision"] or "<unpinned>")[:12])) if draft else "", knobs)
-
-
-# ---------------------------------------------------------------------------------------------------
-# The flags, for the engine data files (Arg values and conditions)
-# ---------------------------------------------------------------------------------------------------
-
-def speculative(deployment):
-    return bool(deployment.get("speculative"))
-
-
-def spec_algorithm(deployment):
-    return deployment["speculative"]["engine_method"]
-
-
-def spec_draft(deployment):
-    """The draft's repo id (the engine resolves it in the offline Hugging Face cache, as it does the target), or
-    None."""
-    draft = (deployment.get("speculative") or {}).get("draft")
-    return draft["repo_id"] if draft else None
-
-
-def spec_steps(deployment):
-    """SGLang's --speculative-num-steps (EAGLE-3 only)."""
-    spec = deployment.get("speculative") or {}
-    return str(spec["tokens"]) if spec.get("method") == "eagle3" else None
-
-
-def spec_topk(deployment):
-    spec = deployment.get("speculative") or {}
-    return str(spec["topk"]) if spec.get("topk") else None
-
-
-def spec_draft_tokens(deployment):
-    """SGLang's --speculative-num-draft-tokens: the EAGLE tree's verified tokens, or the DFlash / n-gram block."""
-    spec = deployment.get("speculative") or {}
-    if not spec or not spec.get("tokens"):
-        return None
-    return str(spec["draft_tokens"] if spec.get("topk") else spec["tokens"])
-
-
-def spec_draft_revision(deployment):
-    """The draft's pinned commit (the engine loads that snapshot of the offline cache), or None in a preview."""
-    draft = (deployment.get("speculative") or {}).get("draft")
-    return draft["revision"] if draft and draft["revision"] else None
-
-
-def spec_draft_quantization(deployment):
-    return (deployment.get("speculative") or {}).get("draft_quantization")
-
-
-def spec_config(deployment):
-    """vLLM's --speculative-config JSON, or None."""
-    spec = deployment.get("speculative")
-    if not spec:
-        return None
-    config = {"method": spec["engine_method"], "num_speculative_tokens": spec["tokens"]}
-    if spec["draft"]:
-        config["model"] = spec["draft"]["repo_id"]
-        if spec["draft"]["revision"]:
-            config["revision"] = spec["draft"]["revision"]
-    return json.dumps(config, separators=(",", ":"), sort_keys=True)
-
-
-# Conditions for the engine data's speculative.refused: (method, quant, deployment) -> true when refused.
-def spec_pipelined(_method, _quant, deployment):
-    return deployment["pp"] > 1
-
-
-def with_draft(method, _quant, _deployment):
-    return method in DRAFT_METHODS
-
-
-def never(_deployment):
-    """A condition for an option the collection owns but never emits (vLLM's --spec-method shorthand: the method is in
-    --speculative-config)."""
-    return False
 
 
 # ---------------------------------------------------------------------------------------------------

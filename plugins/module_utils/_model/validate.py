@@ -14,6 +14,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.kimi.deploy.plugins.module_utils._common import full_match  # noqa: F401 (re-exported)
+
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
 SHA_RE = re.compile(r"[0-9a-f]{40}")
@@ -23,11 +25,6 @@ REPO_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_
 
 class ValueRuleError(ValueError):
     """A value that breaks one of the rules below. The message names the variable and says what is allowed."""
-
-
-def full_match(pattern, value):
-    """True when `value` is a string and the whole of it matches `pattern` (no trailing newline slips through)."""
-    return isinstance(value, str) and pattern.fullmatch(value) is not None
 
 
 def revision_hint(repo_id, variable=None, endpoint=DEFAULT_ENDPOINT):

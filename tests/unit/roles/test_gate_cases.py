@@ -36,7 +36,7 @@ def gpus(profile):
 def gate_arguments(deployment):
     """tool_calls and reasoning_split as roles/kimi_probes/tasks/gate.yml renders them for this deployment."""
     with open(os.path.join(ROOT, "roles", "kimi_probes", "tasks", "gate.yml")) as handle:
-        task = yaml.safe_load(handle)[0]["kimi.deploy.serve_accuracy"]
+        task = yaml.safe_load(handle)[0]["block"][0]["kimi.deploy.serve_accuracy"]
     env = jinja2.Environment()
     return dict((name, env.from_string(task[name]).render(kimi_deployment=deployment) == "True")
                 for name in ("tool_calls", "reasoning_split"))

@@ -58,8 +58,8 @@ def test_caddy_proxy_knows_nothing_of_the_peer_cache():
 
 
 def test_the_peer_cache_serves_published_kernel_caches_only():
-    """Issue 39: <key>.verified and <key>.tar from kimi_serve's kernel folder; the live key folders, temporary archives
-    and fetches are not served."""
+    """Issue 39: <key>.verified and <key>.tar from the deployment's kernel cache folder; the live key folders,
+    temporary archives and fetches are not served."""
     caddyfile = read(WEIGHTS, "templates", "kimi-peer-cache.Caddyfile.j2")
     [pattern] = re.findall(r"@kernels path_regexp (\S+)", caddyfile)
     key = "vllm-0.11.0-0123456789abcdef01234567"
@@ -68,19 +68,56 @@ def test_the_peer_cache_serves_published_kernel_caches_only():
     for hidden in ("/kernels/%s/torch_compile_cache/x" % key, "/kernels/.%s.tar.abc" % key, "/kernels/%s" % key,
                    "/kernels/.bundle/%s.tar" % key, "/kernels/.%s.fetch-x/archive" % key, "/kernels/../x.tar"):
         assert not re.match(pattern, hidden), hidden
-    role_vars = read(WEIGHTS, "vars", "main.yml")
-    assert "roles/kimi_serve/defaults/main.yml" not in role_vars  # read relative to the role, as installed
-    assert "/../kimi_serve/defaults/main.yml" in role_vars and "kimi_serve_kernel_cache_dir" in role_vars
 
 
-def test_kimi_serve_fetches_kernel_caches_from_the_peers_kimi_weights_keeps():
-    download = yaml.safe_load(read(WEIGHTS, "tasks", "download.yml"))
-    [keep] = [t for t in download if "__kimi_weights_kernel_peers" in str(t.get("ansible.builtin.set_fact"))]
-    assert keep["no_log"] is True and set(keep["ansible.builtin.set_fact"]["__kimi_weights_kernel_peers"]) == {
-        "peers", "ca_file", "key"}
-    configure = yaml.safe_load(read(ROOT, "roles", "kimi_serve", "tasks", "configure.yml"))
-    [fetch] = [t for t in configure if "kimi.deploy.kernel_cache" in t and t["kimi.deploy.kernel_cache"].get(
-        "state") == "fetched"]
+def render_peer_cache(kernel_dir):
+    text = read(WEIGHTS, "templates", "kimi-peer-cache.Caddyfile.j2")
+    template = jinja2.Environment(trim_blocks=True).from_string(text)  # as ansible.builtin.template renders
+    return template.render(ansible_managed="managed", kimi_weights_peer_address="gpu-1", kimi_weights_peer_port=8444,
+                           kimi_weights_peer_allow=["10.0.0.0/8"], kimi_weights_peer_key="k" * 40,
+                           _kimi_weights_peer_root="/hf/hub", kimi_weights_peer_kernel_dir=kernel_dir)
+
+
+def test_the_peer_cache_serves_the_kernel_folder_it_is_given_and_none_without_one():
+    """Issue 53: kimi_weights only transports. Its input kimi_weights_peer_kernel_dir defaults to the deployment's
+    kimi_deployment.kernel_cache.host_dir (the model's), never to kimi_serve's variables or files; empty (a release
+    that keeps no kernel cache) leaves the /kernels/ handler out (404, as any other name)."""
+    served = render_peer_cache("/var/cache/kimi-k26/kernels")
+    assert "handle @kernels {" in served and "root * /var/cache/kimi-k26/kernels\n" in served
+    assert "@kernels" not in render_peer_cache("") and "handle @blob {" in render_peer_cache("")
+    defaults = yaml.safe_load(read(WEIGHTS, "defaults", "main.yml"))
+    assert defaults["kimi_weights_peer_kernel_dir"] == "{{ kimi_deployment.kernel_cache.host_dir | default('') }}"
+    for folder in ("defaults", "vars", "tasks", "templates"):
+        for name in os.listdir(os.path.join(WEIGHTS, folder)):
+            text = read(WEIGHTS, folder, name)
+            code = yaml.safe_load(text) if name.endswith(".yml") else text
+            assert "kimi_serve" not in str(code), (folder, name)  # comments aside
+            assert "role_path" not in text, (folder, name)
+
+
+def test_kimi_serve_fetches_kernel_caches_from_the_peers_kimi_weights_publishes():
+    """Issue 53: kimi_weights publishes the documented fact kimi_weights_peers (no_log: the fleet's key); kimi_serve
+    takes it as its input kimi_serve_kernel_cache_peers (kimi_switch passes it) and reads no kimi_weights variable."""
+    main = yaml.safe_load(read(WEIGHTS, "tasks", "main.yml"))
+    [keep] = [t for t in main if "kimi_weights_peers" in (t.get("ansible.builtin.set_fact") or {})]
+    published = set(keep["ansible.builtin.set_fact"]["kimi_weights_peers"])
+    assert keep["no_log"] is True and published == {"peers", "ca_file", "key"}
+    described = " ".join(yaml.safe_load(read(WEIGHTS, "meta", "argument_specs.yml"))["argument_specs"]["main"][
+        "description"])
+    assert "C(kimi_weights_peers)" in described and "C(kimi_serve_kernel_cache_peers)" in described
+    serve = os.path.join(ROOT, "roles", "kimi_serve")
+    option = yaml.safe_load(read(serve, "meta", "argument_specs.yml"))["argument_specs"]["main"]["options"][
+        "kimi_serve_kernel_cache_peers"]
+    assert option["type"] == "dict" and option["default"] == {} and set(option["options"]) == published
+    assert option["options"]["key"]["no_log"] is True
+    assert yaml.safe_load(read(serve, "defaults", "main.yml"))["kimi_serve_kernel_cache_peers"] == {}
+    tasks = yaml.safe_load(read(serve, "tasks", "kernel_cache.yml"))
+    [fetch] = [t for t in tasks if (t.get("kimi.deploy.kernel_cache") or {}).get("state") == "fetched"]
     args = fetch["kimi.deploy.kernel_cache"]
-    assert "__kimi_weights_kernel_peers.peers" in args["peers"]
-    assert "__kimi_weights_kernel_peers.key" in args["peer_key"]
+    assert (args["peers"], args["peer_key"], args["peer_ca_bundle"]) == (
+        "{{ kimi_serve_kernel_cache_peers.peers }}", "{{ kimi_serve_kernel_cache_peers.key }}",
+        "{{ kimi_serve_kernel_cache_peers.ca_file }}")
+    assert fetch["when"] == "kimi_serve_kernel_cache_peers.peers | default([]) | length > 0"
+    for folder, _dirs, files in os.walk(serve):
+        for name in files:
+            assert not re.search(r"\b_{1,2}kimi_weights_", read(folder, name)), name  # none of its private names

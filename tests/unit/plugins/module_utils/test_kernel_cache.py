@@ -1,8 +1,10 @@
 """The kernel cache key (issue 39): the same inputs give the same key, a change of any part gives a new one; the
 engine data names a cache for every build, and the deployment carries it."""
+import os
 import re
 
 import pytest
+import yaml
 
 from ansible_collections.kimi.deploy.plugins.module_utils._model import deployment as dm
 from ansible_collections.kimi.deploy.plugins.module_utils._model import kernel_cache as kc
@@ -103,6 +105,30 @@ def test_deployment_env_points_into_the_mounted_folder():
     assert all(path.startswith(kc.CONTAINER_DIR + "/") for path in cache["env"].values())
     assert cache["precompile"] == ["python3", "-m", "sglang.compile_deep_gemm"] or \
         tuple(cache["precompile"]) == ("python3", "-m", "sglang.compile_deep_gemm")
+
+
+def test_the_model_owns_the_host_folder():
+    """Issue 53: the host folder of the keys' folders is the model's (kimi_deployment.kernel_cache.host_dir):
+    kimi_serve, the weights' peer cache and bundle.yml default to it, and none of them names the folder itself."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__))))))
+    assert kc.HOST_DIR == "/var/cache/kimi-k26/kernels"
+    assert resolve(quant="int4", engine="sglang")["kernel_cache"]["host_dir"] == kc.HOST_DIR
+    for role, variable in (("kimi_serve", "kimi_serve_kernel_cache_dir"),
+                           ("kimi_weights", "kimi_weights_peer_kernel_dir")):
+        with open(os.path.join(root, "roles", role, "defaults", "main.yml")) as handle:
+            assert yaml.safe_load(handle)[variable] == "{{ kimi_deployment.kernel_cache.host_dir | default('') }}"
+    named = []
+    for folder in ("roles", "playbooks"):
+        for path, _dirs, files in os.walk(os.path.join(root, folder)):
+            for name in files:
+                with open(os.path.join(path, name), errors="replace") as handle:
+                    text = handle.read()
+                if kc.HOST_DIR in text or "roles/kimi_serve/defaults" in text or "/../kimi_serve/defaults" in text:
+                    named.append(os.path.relpath(os.path.join(path, name), root))
+    # kimi_serve's input says its default in words (a comment, a description); nothing reads the folder by path
+    assert sorted(named) == [os.path.join("roles", "kimi_serve", "defaults", "main.yml"),
+                             os.path.join("roles", "kimi_serve", "meta", "argument_specs.yml")], named
 
 
 def test_the_plan_names_the_kernel_caches():

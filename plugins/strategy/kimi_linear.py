@@ -24,10 +24,31 @@ for nothing, and kimi_mitogen_linear (same folder) adds the same to Mitogen's li
   ~/.cache/kimi-deploy/jinja-code; empty: off); it is used only when it is the user's own and no one else may write
   to it, since its files are run as code.
 
-Use: ANSIBLE_STRATEGY_PLUGINS=<this folder> ANSIBLE_STRATEGY=kimi_linear (this checkout's ansible.cfg does).
+Use: `strategy = kimi.deploy.kimi_linear` in ansible.cfg (this checkout's does) or ANSIBLE_STRATEGY. It rests on
+ansible-core's internals, so it is tested against the one ansible-core minor the collection supports
+(meta/runtime.yml's requires_ansible); on another layout it falls back to linear's behaviour.
 """
 
 from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: kimi_linear
+short_description: Ansible's linear strategy with less controller work per task
+version_added: 1.1.0
+description:
+  - Ansible's C(linear) strategy, with the same results, for any connection.
+  - A task that needs no connection (set_fact, assert, debug, fail, validate_argument_spec, include_tasks, include_role,
+    kimi.deploy.deployment, and any task whose conditional is false) runs in the controller through ansible-core's own
+    TaskExecutor instead of a forked worker.
+  - Plugins every worker loaded again are loaded once before the first fork; workers do not run Python's cyclic
+    garbage collector.
+  - Compiled Jinja code is kept on disk in E(KIMI_JINJA_CODE_CACHE) (default C(~/.cache/kimi-deploy/jinja-code); empty
+    turns it off), used only when the folder is the user's own and no one else may write to it.
+  - E(KIMI_INLINE_TASKS=0) forks a worker for every task, as C(linear) does.
+  - It uses ansible-core internals and is tested with the ansible-core minor in meta/runtime.yml only. ansible-core
+    2.21 prints a deprecation for every strategy outside ansible.builtin.
+author: kimi.deploy contributors
+"""
 
 import contextvars
 import gc

@@ -1,8 +1,8 @@
-"""tools/strategy: kimi_linear runs the tasks that need no connection in the controller with the same results as
+"""plugins/strategy (shipped): kimi_linear runs the tasks that need no connection in the controller with the same results as
 Ansible's linear strategy, and keeps compiled Jinja code; kimi_mitogen_linear's scan of a module's imports also lists
 the collection's own module_utils, followed transitively, so Mitogen's async child imports them before it detaches
 (else the job hangs, "started")."""
-import importlib.util
+import importlib
 import json
 import os
 import subprocess
@@ -10,16 +10,14 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-STRATEGIES = os.path.join(ROOT, "tools", "strategy")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 MODULE_UTILS = "ansible_collections.kimi.deploy.plugins.module_utils."
 
 
 def load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(STRATEGIES, name + ".py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The plugin as ansible-playbook imports it: from the collection (this checkout, linked under .collections)."""
+    sys.path.insert(0, os.path.join(ROOT, ".collections"))
+    return importlib.import_module("ansible_collections.kimi.deploy.plugins.strategy." + name)
 
 
 @pytest.fixture(scope="module")
@@ -178,8 +176,7 @@ def run_play(tmp_path, strategy_name):
     (tmp_path / "hosts").write_text("local ansible_connection=local ansible_python_interpreter=%s\nother\n"
                                     % sys.executable)
     out = tmp_path / ("%s.json" % strategy_name)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_STRATEGY=strategy_name,
-               ANSIBLE_STRATEGY_PLUGINS=STRATEGIES, ANSIBLE_NOCOLOR="1",
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_STRATEGY=strategy_name, ANSIBLE_NOCOLOR="1",
                KIMI_JINJA_CODE_CACHE=str(tmp_path / "code"))
     proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
                              str(tmp_path / "hosts"), str(tmp_path / "play.yml"), "-e", "out=%s" % out],
@@ -195,7 +192,7 @@ def test_tasks_that_need_no_connection_run_in_the_controller_with_linears_result
     facts and errors; under kimi_linear a set_fact is templated by ansible-playbook itself (no forked worker), under
     linear by a worker."""
     linear_pid, linear_templater, linear_seen, linear_output = run_play(tmp_path, "linear")
-    kimi_pid, kimi_templater, kimi_seen, output = run_play(tmp_path, "kimi_linear")
+    kimi_pid, kimi_templater, kimi_seen, output = run_play(tmp_path, "kimi.deploy.kimi_linear")
     assert kimi_seen == linear_seen
     assert kimi_seen == {
         "total": 6, "letters": ["x", "y"], "delegated": True, "skipped_module": True, "ran": "ran",

@@ -16,25 +16,47 @@ before it runs a collection module (a scan of every installed collection, ~0.5 s
 workers inherit the list at the fork. The rest of its savings are kimi_linear's (same folder; see its docstring):
 tasks that need no connection run in the controller, workers do not collect cycles, compiled Jinja code is kept.
 
-Use: ANSIBLE_STRATEGY_PLUGINS=<this folder>:<ansible_mitogen>/plugins/strategy ANSIBLE_STRATEGY=kimi_mitogen_linear
+Use: `pip install mitogen` (requirements-demo.txt pins it), then `strategy = kimi.deploy.kimi_mitogen_linear`
 (docs/docsite/rst/fleets_and_replicas.rst, "Controller settings for a fleet").
 """
 
 from __future__ import annotations
 
+DOCUMENTATION = r"""
+name: kimi_mitogen_linear
+short_description: Mitogen's linear strategy with this collection's async jobs fixed, and kimi_linear's savings
+version_added: 1.1.0
+description:
+  - Mitogen's linear strategy (one Python per host for the whole run), plus what P(kimi.deploy.kimi_linear#strategy) saves in
+    the controller.
+  - Mitogen's own C(mitogen_linear) hangs on an async task that runs a collection module (the weights download, the
+    engine's readiness wait) because its async child detaches before it imports the module's C(ansible_collections)
+    imports (mitogen-hq/mitogen#835). This strategy adds them, followed transitively, to the list the child imports
+    first.
+  - Needs the C(mitogen) package in the controller's Python (requirements-demo.txt pins it).
+  - It uses ansible-core and Mitogen internals and is tested with the ansible-core minor in meta/runtime.yml and the
+    pinned Mitogen only.
+author: kimi.deploy contributors
+requirements:
+  - mitogen
+"""
+
 import importlib.util
-import os
 
 import ansible.collections.list
-import ansible_mitogen.loaders
-import ansible_mitogen.module_finder
-import ansible_mitogen.planner
-import ansible_mitogen.strategy
-import mitogen.imports
-from ansible.plugins.loader import strategy_loader
+from ansible.errors import AnsibleError
 
-strategy_loader.add_directory(os.path.dirname(os.path.abspath(__file__)))
-kimi_linear = importlib.import_module(strategy_loader.get("kimi_linear", class_only=True).__module__)
+try:
+    import ansible_mitogen.loaders
+    import ansible_mitogen.module_finder
+    import ansible_mitogen.planner
+    import ansible_mitogen.strategy
+    import mitogen.imports
+except ImportError as exc:  # documented requirement; said when the strategy is chosen, not when docs are read
+    raise AnsibleError("kimi.deploy.kimi_mitogen_linear needs the mitogen package (pip install mitogen==0.3.54): %s"
+                       % exc) from exc
+
+from ansible_collections.kimi.deploy.plugins.strategy import kimi_linear
 
 _mitogen_scan = ansible_mitogen.module_finder.scan
 
@@ -74,7 +96,7 @@ def scan(module_name, module_path, search_path):
     return sorted(result)
 
 
-ansible_mitogen.module_finder.scan = scan
+setattr(ansible_mitogen.module_finder, "scan", scan)
 
 _collection_dirs = None
 
@@ -92,7 +114,7 @@ def _load_collections(invocation):
     invocation._extra_sys_paths.update(collection_dirs())
 
 
-ansible_mitogen.planner._load_collections = _load_collections
+setattr(ansible_mitogen.planner, "_load_collections", _load_collections)
 
 Base = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
 
