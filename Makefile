@@ -45,11 +45,11 @@ setup: $(BIN)/.stamp $(COLLECTION_LINK)  ## Make the virtualenv with the test to
 demo-setup: $(BIN)/.stamp-demo $(COLLECTION_LINK)  ## Only what make demo needs (a subset of make setup)
 	@$(BIN)/python -c 'import ansible.release as r; print("ansible-core", r.__version__)'
 
-demo: demo-setup  ## The main job on the embedded default: site.yml on a local container GPU host, then a client through Caddy (QUANT=, ENGINE=, GPUS=, SPEC=, ARGS=)
-	QUANT='$(QUANT)' ENGINE='$(ENGINE)' GPUS='$(GPUS)' SPEC='$(SPEC)' KIMI_DEMO_ARGS='$(ARGS)' demo/demo.sh up
+demo: demo-setup  ## The main job on the embedded default: site.yml on a local container GPU host, then a client through Caddy (MODEL=, QUANT=, ENGINE=, GPUS=, SPEC=, ARGS=)
+	MODEL='$(MODEL)' QUANT='$(QUANT)' ENGINE='$(ENGINE)' GPUS='$(GPUS)' SPEC='$(SPEC)' KIMI_DEMO_ARGS='$(ARGS)' demo/demo.sh up
 
-demo-plan: demo-setup  ## site.yml --check --diff on the demo host: the plan for QUANT= ENGINE=, nothing changed
-	QUANT='$(QUANT)' ENGINE='$(ENGINE)' GPUS='$(GPUS)' SPEC='$(SPEC)' KIMI_DEMO_ARGS='$(ARGS)' demo/demo.sh plan
+demo-plan: demo-setup  ## site.yml --check --diff on the demo host: the plan for MODEL= QUANT= ENGINE=, nothing changed
+	MODEL='$(MODEL)' QUANT='$(QUANT)' ENGINE='$(ENGINE)' GPUS='$(GPUS)' SPEC='$(SPEC)' KIMI_DEMO_ARGS='$(ARGS)' demo/demo.sh plan
 
 demo-bench: setup bench-client  ## Benchmark the demo through Caddy (playbooks/bench.yml, aiperf): prints where its JSON and PNG are
 	demo/demo.sh bench
@@ -92,10 +92,11 @@ demo-clean:  ## Remove everything make demo made (the host, its volumes, .demo/)
 	demo/demo.sh clean
 
 # Make variables are passed quoted (QUANT='int4 -e x=1' is one value, refused by name); GPUS= must name a profile.
-plan: setup  ## Resolve and print a deployment, no host needed (QUANT=, ENGINE=, GPUS=profile, HOSTS=hosts in one replica, PD=1P1D disaggregated, FLEET=2 hosts behind a gateway, SPEC=eagle3 speculative, ARGS=more -e); exits 2 when it does not fit
+plan: setup  ## Resolve and print a deployment, no host needed (MODEL=kimi-k2.6|kimi-k2.7-code|kimi-k3, QUANT=, ENGINE=, GPUS=profile, HOSTS=hosts in one replica, PD=1P1D disaggregated, FLEET=2 hosts behind a gateway, SPEC=eagle3 speculative, ARGS=more -e); exits 2 when it does not fit
 	@gpus='$(or $(GPUS),rtx-pro-6000-x8)'; test -f "tests/fixtures/gpus/$$gpus.json" || { \
 		echo "GPUS=$$gpus is not a GPU profile. Allowed values: $$(cd tests/fixtures/gpus && ls -- *.json | sed 's/\.json$$//' | tr '\n' ' ')" >&2; exit 2; }
-	$(BIN)/ansible-playbook playbooks/plan.yml -e 'quant=$(or $(QUANT),auto)' -e 'engine=$(or $(ENGINE),auto)' \
+	$(BIN)/ansible-playbook playbooks/plan.yml -e 'kimi_model=$(or $(MODEL),kimi-k2.6)' \
+		-e 'quant=$(or $(QUANT),auto)' -e 'engine=$(or $(ENGINE),auto)' \
 		-e '@tests/fixtures/gpus/$(or $(GPUS),rtx-pro-6000-x8).json' -e 'kimi_replica_plan_hosts=$(or $(HOSTS),1)' \
 		$(if $(PD),-e 'kimi_pd_plan=$(PD)') $(if $(FLEET),-e 'kimi_fleet_plan=$(FLEET)') $(if $(SPEC),-e 'kimi_speculative=$(SPEC)') $(ARGS)
 

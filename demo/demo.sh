@@ -10,7 +10,7 @@
 #
 # Environment: GPUS (a GPU profile of tests/fixtures/gpus, default rtx-pro-6000-x8: the GPUs on the host's PCI bus;
 # another one swaps them on a running host), SPEC (kimi_speculative: eagle3, dflash or ngram; unset serves without
-# speculative decoding), KIMI_DEMO_DIR (default .demo: the client key, the CA, the logs, molecule's
+# speculative decoding), MODEL (kimi_model: kimi-k2.6, the default, kimi-k2.7-code, kimi-k3), KIMI_DEMO_DIR (default .demo: the client key, the CA, the logs, molecule's
 # state),
 # KIMI_DEMO_INSTANCE (default kimi-demo), KIMI_DEMO_PORT (default 8443, on 127.0.0.1), KIMI_DEMO_ARGS (more
 # ansible-playbook arguments, split on spaces, e.g. "--tags serve" or "-v"; make demo ARGS=...).
@@ -93,7 +93,8 @@ up() {
 	say "site.yml -e quant=$quant -e engine=$engine on $INSTANCE with $gpus${before:+ (serving $before now)} (log: $log)"
 	set +e
 	# shellcheck disable=SC2086  # KIMI_DEMO_ARGS is a list of arguments
-	mol converge -- -e "quant=$quant" -e "engine=$engine" -e "kimi_test_gpu_profile=$gpus" ${SPEC:+-e kimi_speculative=$SPEC} ${KIMI_DEMO_ARGS:-} 2>&1 |
+	mol converge -- -e "quant=$quant" -e "engine=$engine" -e "kimi_test_gpu_profile=$gpus" ${MODEL:+-e kimi_model=$MODEL} \
+		${SPEC:+-e kimi_speculative=$SPEC} ${KIMI_DEMO_ARGS:-} 2>&1 |
 		tee "$log"
 	local rc=${PIPESTATUS[0]}
 	set -e
@@ -139,7 +140,7 @@ plan() {
 	say "site.yml --check --diff -e quant=$quant -e engine=$engine on $INSTANCE with $gpus (nothing is changed)"
 	# shellcheck disable=SC2086
 	mol converge -- --check --diff -e "quant=$quant" -e "engine=$engine" -e "kimi_test_gpu_profile=$gpus" \
-		${SPEC:+-e kimi_speculative=$SPEC} ${KIMI_DEMO_ARGS:-}
+		${MODEL:+-e kimi_model=$MODEL} ${SPEC:+-e kimi_speculative=$SPEC} ${KIMI_DEMO_ARGS:-}
 }
 
 bench() {  # make demo-bench: playbooks/bench.yml on the demo host, through Caddy from this machine, a short sweep

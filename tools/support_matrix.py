@@ -1,12 +1,13 @@
-"""The support matrix (quant x engine x version x hardware) of the README, made from the engine data.
+"""The support matrix (model x quant x engine x version x hardware) of the README, made from the model and engine data.
 
     python3 tools/support_matrix.py           # print the Markdown
     python3 tools/support_matrix.py --write   # rewrite the README's block (make readme)
     python3 tools/support_matrix.py --check   # exit 1 when the README's block is not what the data says
 
-Input: the engine builds (plugins/module_utils/_engines/registry.ENGINES: each build's versions, pinned images, quants and the
-accelerator families each quant runs on, multi-node mode, disaggregation, speculative decoding), the checkpoints
-(_checkpoints), the families (_gpu.ARCH_FAMILIES, _npu.CHIP_FAMILIES), the PD routers (_routers) and the
+Input: the models (plugins/module_utils/_model/models.py: each one's checkpoints per quant, the first release of each
+engine build that serves it, its chat format and thinking), the engine builds
+(plugins/module_utils/_engines/registry.ENGINES: each build's versions, pinned images, quants and the
+accelerator families each quant runs on, multi-node mode, disaggregation, speculative decoding), the families (_gpu.ARCH_FAMILIES, _npu.CHIP_FAMILIES), the PD routers (_routers) and the
 recommendation (_accelerators.RECOMMENDED). Output: the Markdown between the README's
 `<!-- support-matrix:start -->` and `<!-- support-matrix:end -->` markers. tests/unit/tools/test_support_matrix.py
 compares the two, so a new engine release without `make readme` fails the unit tests.
@@ -34,7 +35,8 @@ if COLLECTIONS not in sys.path:
 # pylint: disable=wrong-import-position
 from ansible_collections.kimi.deploy.plugins.module_utils._model.accelerators import (  # noqa: E402
     PLATFORM_TITLES, PLATFORMS, RECOMMENDED)
-from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import CHECKPOINTS, QUANTS  # noqa: E402
+from ansible_collections.kimi.deploy.plugins.module_utils._model.models import (  # noqa: E402
+    DEFAULT_MODEL, MODEL_NAMES, QUANTS, model)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import ENGINES  # noqa: E402
 from ansible_collections.kimi.deploy.plugins.module_utils._model.gpu import ARCH_FAMILIES  # noqa: E402
 from ansible_collections.kimi.deploy.plugins.module_utils._model.npu import CHIP_FAMILIES  # noqa: E402
@@ -82,6 +84,30 @@ def hardware(key, quant):
     if platform == "nvidia" and len(names) == sum(1 for p, _label in FAMILIES.values() if p == platform):
         return "NVIDIA sm_%d and newer" % round(min(low for low, _high, _family, _human in ARCH_FAMILIES) * 10)
     return ", ".join(("NVIDIA " if platform == "nvidia" else "") + FAMILIES[f][1] for f in names)
+
+
+def model_names():
+    """The models, the default first, then in name order."""
+    return [DEFAULT_MODEL] + [name for name in MODEL_NAMES if name != DEFAULT_MODEL]
+
+
+def serves(name, key, version):
+    """Whether release `version` of build `key` serves model `name` (its entry's first release for the build)."""
+    first = (model(name)["engines"].get(key) or {}).get("min")
+    return first is not None and version_key(version) >= version_key(first)
+
+
+def checkpoint(name, quant):
+    repo = model(name)["checkpoints"][quant]["repo_id"]
+    return "`%s` (`%s`)" % (quant, repo) if repo else "`%s` (no published checkpoint)" % quant
+
+
+def first_release(name, key):
+    """What a model's entry says of a build: the first release serving it, or no."""
+    first = (model(name)["engines"].get(key) or {}).get("min")
+    if first is None:
+        return "no"
+    return "every pinned release" if first == "0" else "%s and newer" % first
 
 
 def recommended_on(key, quant):
@@ -138,29 +164,58 @@ def refused():
     return lines
 
 
+def rows():
+    """(model, key, quant, version) of every release that serves a model's checkpoint: the model's quant is one the
+    build serves, the release has an image for it, and the model's entry names a first release at or below it."""
+    found = []
+    for name in model_names():
+        for key in builds():
+            for quant in model(name)["checkpoints"]:
+                if quant not in ENGINES[key]["quants"]:
+                    continue
+                found += [(name, key, quant, version) for version in versions(key)
+                          if quant in ENGINES[key]["versions"][version]["images"] and serves(name, key, version)]
+    order = model_names()
+    return sorted(found, key=lambda row: (order.index(row[0]), PLATFORMS.index(ENGINES[row[1]]["platform"]), row[2],
+                                          builds().index(row[1]), versions(row[1]).index(row[3])))
+
+
 def render():
     """The README's support-matrix block (without the markers), as Markdown."""
     lines = [
-        "| quant (checkpoint) | `engine` (build) | version | image | hardware | verified | `auto` picks it on |",
-        "|---|---|---|---|---|---|---|",
+        "| `kimi_model` | quant (checkpoint) | `engine` (build) | version | image | hardware | verified | "
+        "`auto` picks it on |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    rows = sorted(((key, quant, version) for key in builds() for quant in ENGINES[key]["quants"]
-                   for version in versions(key)),
-                  key=lambda row: (PLATFORMS.index(ENGINES[row[0]]["platform"]), row[1], builds().index(row[0]),
-                                   versions(row[0]).index(row[2])))
-    for key, quant, version in rows:
+    for name, key, quant, version in rows():
         spec = ENGINES[key]
         default = version == spec["default_version"]
-        picks = recommended_on(key, quant) if default else []  # auto serves the default version
-        lines.append("| `%s` (`%s`) | `%s` (%s) | %s | %s | %s | %s | %s |" % (
-            quant, CHECKPOINTS[quant]["repo_id"], spec["name"], spec["title"],
+        # auto serves the default version of the default model (its recommendation is Kimi-K2.6's)
+        picks = recommended_on(key, quant) if default and name == DEFAULT_MODEL else []
+        lines.append("| `%s` | %s | `%s` (%s) | %s | %s | %s | %s | %s |" % (
+            name, checkpoint(name, quant), spec["name"], spec["title"],
             "**%s** (default)" % version if default else version, image(key, version, quant),
-            hardware(key, quant), verified(key, version), ", ".join(picks)))
+            hardware(key, quant), verified(key, version) if name == DEFAULT_MODEL else "flags checked only",
+            ", ".join(picks)))
     lines += [
         "",
         "Refused before any host changes (the error says why, with its source):",
         "",
     ] + refused() + [
+        "",
+        "| `kimi_model` | chat format (parsers) | thinking | %s |" % " | ".join(
+            "`%s` (%s)" % (ENGINES[key]["name"], ENGINES[key]["title"]) for key in builds()),
+        "|---|---|---|%s" % ("---|" * len(builds())),
+    ]
+    for name in model_names():
+        entry = model(name)
+        parsers = sorted(set(n for kinds in entry["parsers"].values() for names in kinds.values() for n in names[:1]))
+        efforts = entry["reasoning_efforts"]
+        lines.append("| `%s` (%s) | %s (%s) | %s | %s |" % (
+            name, entry["title"], entry["chat_format"], ", ".join("`%s`" % p for p in parsers),
+            entry["thinking"] + (", reasoning_effort %s" % "/".join(efforts) if efforts else ""),
+            " | ".join(first_release(name, key) for key in builds())))
+    lines += [
         "",
         "| `engine` (build) | one replica over several hosts | prefill/decode disaggregation | speculative decoding |",
         "|---|---|---|---|",

@@ -8,8 +8,8 @@ A probe file (roles/kimi_probes/files/kimi-k26-probes.yml is the shipped one; do
   version: 1
   variants: [{thinking: true, stream: false}, ...]   # each case runs once per variant unless it names its own
   tools: {key: {name (default: the key), description, parameters: <JSON schema of the arguments>}}
-  cases: [{id, category, source, prompt | messages, tools: [names], needle: {code, depth}, variants,
-           expect: {tools: [names], any_order, answer_regex, finish_reason}}]
+  cases: [{id, category, source, prompt | messages, tools: [names], tool_choice (auto | required), needle: {code,
+           depth}, variants, expect: {tools: [names], any_order, answer_regex, finish_reason}}]
   Every case says where its kind and its expectation come from (source: a line of text); a case without one is
   refused. A `vendor` case (tools/probes_from_vendor.py converts the vendor verifier's requests) has no expected
   tools: its tool calls are scored on their schema only, as the vendor verifier scores them; its source, when the
@@ -17,8 +17,14 @@ A probe file (roles/kimi_probes/files/kimi-k26-probes.yml is the shipped one; do
 
 A case's score: every tool call's arguments parse as JSON and validate against the tool's schema (schema accuracy);
 the called tools are the expected ones (choice accuracy; none for a question that needs no tool); no reasoning in
-`content` (a `<think>` tag, or the reasoning text itself); the answer matches answer_regex (deterministic, follow-up,
-needle); finish_reason is the expected one (tool_calls when tools are expected, else stop).
+`content` (a think tag or any other markup of the Kimi chat formats, or the reasoning text itself); the answer matches
+answer_regex (deterministic, follow-up, needle); finish_reason is the expected one (tool_calls when tools are expected,
+else stop).
+
+The requests follow the deployment's model (its entry's chat_format, thinking, reasoning_efforts: `applicable`): a
+model that always thinks is never asked with thinking off (it would think anyway, and the parser told otherwise leaves
+the reasoning in content), and a model with reasoning efforts is asked each of them in turn; the others get no
+reasoning_effort.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -35,6 +41,11 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.error import HTTPError, URLError
 from urllib.request import HTTPSHandler, ProxyHandler, Request, build_opener
 
+try:
+    from ansible_collections.kimi.deploy.plugins.module_utils import _chat_format as chat_format
+except ImportError:  # beside the serving-time probe (roles/kimi_probes copies both files there)
+    import _chat_format as chat_format  # pylint: disable=import-error
+
 FORMAT_VERSION = 1
 CATEGORIES = ("required", "types", "enums", "nested", "choice", "parallel", "no_tool", "follow_up", "deterministic",
               "needle", "vendor")
@@ -45,10 +56,13 @@ TOOL_CATEGORIES = ("required", "types", "enums", "nested", "choice", "parallel",
 SCHEMA_KEYWORDS = ("type", "properties", "required", "additionalProperties", "enum", "const", "items", "minItems",
                    "maxItems", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength",
                    "maxLength", "pattern", "description", "examples", "title")
-CASE_KEYS = ("id", "category", "source", "prompt", "messages", "tools", "needle", "variants", "expect")
+CASE_KEYS = ("id", "category", "source", "prompt", "messages", "tools", "tool_choice", "needle", "variants", "expect")
+TOOL_CHOICES = ("auto", "required")  # a case's tool_choice (auto unless it says required)
 VENDOR_SOURCE = "K2-Vendor-Verifier: a request of its published tool-call test set"
 EXPECT_KEYS = ("tools", "any_order", "answer_regex", "finish_reason")
-THINK_TAGS = ("<think>", "</think>", "\u25c1think\u25b7", "\u25c1/think\u25b7")
+# The think markers of every Kimi chat format (_chat_format.py declares them, and the rest of their markup).
+THINK_TAGS = tuple(sorted(set(m for fmt in chat_format.FORMATS.values() for m in fmt["think"] + fmt["markup"]
+                              if "think" in m)))
 # A needle's filler: the prompt grows to this share of the context length (about 4 characters a token).
 FILLER = ("The archive room kept its ledgers in tall grey cabinets, and every evening the clerk counted them again "
           "before the lights went out. ")
@@ -187,6 +201,10 @@ def load(doc, origin="the probe file"):
         if raw["category"] in TOOL_CATEGORIES and "tools" not in expect:
             raise ProbeError("%s: a %s case must say which tools it expects (expect.tools, [] for none)"
                              % (where, raw["category"]))
+        if raw.get("tool_choice", "auto") not in TOOL_CHOICES or (
+                raw.get("tool_choice", "auto") != "auto" and not (offered and expect.get("tools"))):
+            raise ProbeError("%s: tool_choice is one of %s (required: with tools offered and expected)"
+                             % (where, ", ".join(TOOL_CHOICES)))
         if "answer_regex" in expect:
             try:
                 re.compile(expect["answer_regex"])
@@ -203,7 +221,7 @@ def load(doc, origin="the probe file"):
             cases.append({
                 "id": "%s/%s%s" % (raw["id"], "think" if thinking else "nothink", "/stream" if stream else ""),
                 "case": raw["id"], "category": raw["category"], "source": source.strip(), "thinking": thinking,
-                "stream": stream,
+                "stream": stream, "tool_choice": raw.get("tool_choice", "auto"), "reasoning_effort": None,
                 "prompt": raw.get("prompt"), "messages": raw.get("messages"), "needle": raw.get("needle"),
                 "tools": [{"type": "function", "function": {
                     "name": tools[t].get("name", t), "description": tools[t].get("description", ""),
@@ -247,8 +265,10 @@ def request_body(case, model, max_tokens=1024, context_length=8192):
         messages = [{"role": "user", "content": prompt}]
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
             "chat_template_kwargs": {"thinking": case["thinking"]}}
+    if case.get("reasoning_effort"):  # only for a model that takes it (applicable)
+        body["reasoning_effort"] = case["reasoning_effort"]
     if case["tools"]:
-        body["tools"], body["tool_choice"] = case["tools"], "auto"
+        body["tools"], body["tool_choice"] = case["tools"], case.get("tool_choice") or "auto"
     if case["stream"]:
         body["stream"], body["stream_options"] = True, {"include_usage": True}
     return body
@@ -287,6 +307,9 @@ def _leak(answer):
     content = answer["content"]
     if any(tag in content for tag in THINK_TAGS):
         return "a think tag in content"
+    markup = [m for m in chat_format.all_markup() if m in content]
+    if markup:  # a tool call or channel the parsers left as text (another format's parser, or none)
+        return "chat-format markup in content (%s)" % markup[0]
     reasoning = " ".join(answer["reasoning"].split())
     if len(reasoning) >= 20 and reasoning[:60] in " ".join(content.split()):
         return "the reasoning text in content"
@@ -299,7 +322,7 @@ def score(case, answer, reasoning_split=True):
     counted and the answer is what follows the think block."""
     expect, problems = case["expect"], []
     if not reasoning_split:
-        answer = dict(answer, content=answer["content"].split("</think>")[-1])
+        answer = dict(answer, content=chat_format.after_think(None, answer["content"]))
     calls, valid = answer["tool_calls"], 0
     for call in calls:
         schema = case["schemas"].get(call["name"])
@@ -436,10 +459,36 @@ def ask(open_url, url, body, api_key=None, timeout=300):
         raise ValueError("not JSON: %s" % raw[:80])
 
 
-def applicable(cases, tool_calls=True):
+def applicable(cases, tool_calls=True, model=None):
     """The cases an endpoint is asked: without a Kimi tool-call parser (the deployment's verify leaves its tool check
-    out) the tool cases are left out, as clients get raw tool markup there."""
-    return [c for c in cases if tool_calls or c["category"] not in TOOL_CATEGORIES + ("vendor",)]
+    out) the tool cases are left out, as clients get raw tool markup there. `model`: the deployment's model entry
+    (thinking, reasoning_efforts; None: Kimi-K2.6's, optional thinking and no efforts). A model that always thinks is
+    asked its thinking-off variants with thinking on (a case already asked that way is not asked twice); a model with
+    reasoning efforts gets them in turn over its thinking cases, so every effort it takes is asked."""
+    model = model or {}
+    always = model.get("thinking") == "always"
+    efforts = list(model.get("reasoning_efforts") or ())
+    out, ids = [], set()
+    for case in cases:
+        if not (tool_calls or case["category"] not in TOOL_CATEGORIES + ("vendor",)):
+            continue
+        if always and not case["thinking"]:
+            case = dict(case, thinking=True, id=case["id"].replace("/nothink", "/think", 1))
+        if case["id"] in ids:
+            continue
+        ids.add(case["id"])
+        if efforts and case["thinking"]:
+            case = dict(case, reasoning_effort=efforts[len(out) % len(efforts)])
+        out.append(case)
+    return out
+
+
+def model_key(model):
+    """What of the deployment's model shapes the requests and the format scored (the A/B compares like with like:
+    a result taken on another model's requests is not compared)."""
+    model = model or {}
+    return {"name": model.get("name"), "chat_format": model.get("chat_format"),
+            "thinking": model.get("thinking"), "reasoning_efforts": list(model.get("reasoning_efforts") or ())}
 
 
 def run(cases, url, model, api_key=None, ca_path=None, validate_certs=True, workers=8, timeout=300,

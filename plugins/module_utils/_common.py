@@ -117,3 +117,12 @@ def text(value):
     if isinstance(value, float):
         return fmt(value)
     return str(value)
+
+
+def release_key(version):
+    """An engine release ("0.27.0", "0.5.12.post1", "1.3.0rc17") as a sortable tuple: a release candidate sorts
+    before its release, a post release after it."""
+    key = []
+    for part in re.findall(r"\d+|[a-z]+", str(version).lower()):
+        key.append((1, int(part)) if part.isdigit() else (2, 0) if part == "post" else (0, -1))
+    return tuple(key) + ((0, 0),)

@@ -99,6 +99,14 @@ options:
       says the thinking stays in C(content), so it is not counted as a leak and the answer is what follows it.
     type: bool
     default: true
+  model:
+    description:
+      - The deployment's model (its entry's C(name), C(chat_format), C(thinking), C(reasoning_efforts)); the requests
+        follow it - a model that always thinks is never asked with thinking off, a model with reasoning efforts is
+        asked each in turn as C(reasoning_effort), the others get none. Unset - Kimi-K2.6's (optional thinking, no
+        efforts).
+      - The A/B compares a result taken on the same probes and the same model's requests only.
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -145,7 +153,9 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kimi.deploy.plugins.module_utils import _accuracy as acc
 from ansible_collections.kimi.deploy.plugins.module_utils._files import atomic_write
+from ansible_collections.kimi.deploy.plugins.module_utils._model.models import DEFAULT_MODEL, model as model_entry
 
+DEFAULT_KEY = acc.model_key(dict(model_entry(DEFAULT_MODEL), name=DEFAULT_MODEL))
 IDENTITY_RE = re.compile(r"^[a-z0-9]+-[a-z0-9-]+$")
 
 
@@ -205,6 +215,7 @@ def main():
             force=dict(type="bool", default=True),
             tool_calls=dict(type="bool", default=True),
             reasoning_split=dict(type="bool", default=True),
+            model=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
@@ -212,10 +223,14 @@ def main():
     if not IDENTITY_RE.match(p["identity"]):
         module.fail_json(msg="identity=%r is not <quant>-<engine>" % p["identity"])
     try:
-        cases = acc.applicable(acc.load_all(p["probes"]), p["tool_calls"])
+        cases = acc.applicable(acc.load_all(p["probes"]), p["tool_calls"], p["model"])
     except acc.ProbeError as exc:
         module.fail_json(msg="the probes are refused: %s" % exc)
-    digest = hashlib.sha256(json.dumps(p["probes"], sort_keys=True).encode("utf-8")).hexdigest()[:16]
+    # the probes and the model's requests: a stored result counts (A/B, unchanged) only on the same ones. The default
+    # model's digest is the probes' alone, as before models were data (its stored results stay comparable).
+    key = acc.model_key(p["model"] or DEFAULT_KEY)
+    digest = hashlib.sha256(json.dumps(p["probes"] if key == DEFAULT_KEY else [p["probes"], key],
+                                       sort_keys=True).encode("utf-8")).hexdigest()[:16]
     result_path = os.path.join(p["result_dir"], "%s.json" % p["identity"])
     replaced = previous_identity(p["previous_env_file"]) if p["previous_env_file"] else None
     before = read_json(os.path.join(p["result_dir"], "%s.json" % replaced)) if replaced else None

@@ -48,7 +48,7 @@ DOCKER_DISABLED_UNITS="caddy.service caddy-api.service prometheus.service promet
 ENGINE_IMAGES=(kimi-double/sglang:v0.5.12.post1-cu130 kimi-double/vllm-openai:v0.22.1
 	kimi-double/vllm-openai:v0.22.1-cu130 kimi-double/vllm-openai:v0.22.1-cu130-nopattern
 	kimi-double/tensorrt-llm:1.3.0rc17 kimi-double/vllm-ascend:v0.20.2rc1-a3
-	kimi-double/sglang-ascend:v0.5.13.post1-cann9.0.0-a3
+	kimi-double/sglang-ascend:v0.5.13.post1-cann9.0.0-a3 kimi-double/vllm-openai:v0.33.0 kimi-double/sglang:v0.5.23-cu130
 	kimi-double/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04 kimi-double/npu-exporter:v26.1.0-ubuntu22.04)
 HOST_PACKAGES=(docker.io mmdebstrap dpkg-dev gpg apt-utils)
 

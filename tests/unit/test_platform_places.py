@@ -21,6 +21,7 @@ ALLOWED = (
     "roles/nvidia_host/", "roles/ascend_host/",
     "plugins/module_utils/_engines/",
     "plugins/module_utils/_model/checkpoints.py",  # the checkpoints' own config values (W4A8's quant_method)
+    "plugins/module_utils/_model/models.py",  # the models' data: checkpoints, and parsers and releases per engine build
 )
 
 

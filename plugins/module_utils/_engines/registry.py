@@ -133,10 +133,9 @@ def managed(engine, version):
     return out
 
 
-def parser_name(engine, version, kind):
-    """The Kimi tool ('tool') or reasoning ('reasoning') parser the version knows (the engine's first choice that its
+def parser_name(engine, version, kind, names):
+    """The tool ('tool') or reasoning ('reasoning') parser the version knows (the first of the model's `names` that its
     list has), or None."""
-    names = ENGINES[engine]["%s_parser" % kind]
     opts = options(engine, version)
     spellings = {"tool": ("--tool-call-parser", "--tool_parser"), "reasoning": ("--reasoning-parser", "--reasoning_parser")}
     for candidate in spellings[kind]:

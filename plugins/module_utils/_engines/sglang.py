@@ -26,7 +26,6 @@ SPECULATIVE = {
     "option": "--speculative-algorithm",
     "methods_from": ("speculative_algorithm",),
     "names": {"eagle3": "EAGLE3", "dflash": "DFLASH", "ngram": "NGRAM"},
-    "drafts": {"eagle3": "AQ-MedAI/Kimi-K26-eagle3", "dflash": "z-lab/Kimi-K2.6-DFlash"},
     "refused": (
         (spec_pipelined,
          "pipeline parallelism is not compatible with speculative decoding (server_args.py of 0.5.12.post1 asserts it; "
@@ -128,7 +127,8 @@ ENGINE = {
         },
         "0.5.23": {
             "options": V0_5_23,
-            "images": {"int4": "lmsysorg/sglang:v0.5.23-cu130"},
+            # mxfp4: Kimi-K3's checkpoint (0.5.23 has models/kimi_k3.py).
+            "images": {"int4": "lmsysorg/sglang:v0.5.23-cu130", "mxfp4": "lmsysorg/sglang:v0.5.23-cu130"},
             "local_build": (),
             "verified": None,
             "notes": (),
@@ -138,6 +138,7 @@ ENGINE = {
     "quants": {
         # SGLang refuses plain `fp8`; fp8_e4m3 doubles the pool (116K -> 232K tokens on 8 x 96 GB).
         "int4": {"kv_menu": ("fp8_e4m3", "auto", "fp8_e5m2"), "families": None},
+        "mxfp4": {"kv_menu": ("fp8_e4m3", "auto"), "families": None},
     },
     "refused_quants": {
         "nvfp4": "SGLang's NVFP4 path produces NaN on sm_120 (sgl-project/sglang#18954). NVFP4 runs on engine=vllm "
@@ -158,8 +159,10 @@ ENGINE = {
     # instance holds the whole checkpoint. Flag list: --dp-size (dest data_parallel_size / dp_size).
     "data_parallel": {"experts": "instance", "how": "SGLang's --dp-size data-parallel controller (independent "
                                                     "replicas behind one server and one unit, no DP attention)"},
-    "tool_parser": ("kimi_k2",),
-    "reasoning_parser": ("kimi_k2",),
+    # A hybrid model's linear-attention state (_model/memory.py): --mamba-full-memory-ratio (default 0.9) of the full
+    # KV budget goes to state slots, state = rest x r / (1 + r) (0.5.23 arg_groups/fields/schedule.py,
+    # mem_cache/kv_cache_configurator.py).
+    "hybrid_state": {"rule": "ratio", "ratio": 0.9},
     "vision": True,
     "image_refusals": (
         (r"[^@]*-runtime(@.*)?$", "the -runtime images lack ninja and nvcc, which SGLang's Marlin MoE JIT needs to "

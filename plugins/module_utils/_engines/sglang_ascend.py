@@ -76,8 +76,10 @@ ENGINE = {
                       "multi-node layouts are prefill/decode disaggregated. Use engine=vllm for a replica over hosts",
     # Attention data parallel 16 (every rank its own requests and KV) with the experts over all 16 (seed 001).
     "attention_dp": True,
-    "tool_parser": ("kimi_k2",),
-    "reasoning_parser": ("kimi_k2",),
+    # A hybrid model's linear-attention state (_model/memory.py): --mamba-full-memory-ratio (default 0.9) of the full
+    # KV budget goes to state slots, state = rest x r / (1 + r) (0.5.23 arg_groups/fields/schedule.py,
+    # mem_cache/kv_cache_configurator.py).
+    "hybrid_state": {"rule": "ratio", "ratio": 0.9},
     "vision": True,
     "image_refusals": (),
     "shm_bytes": None,

@@ -26,9 +26,12 @@ An engine file declares ENGINE, a dict read by _engines (the registry), _fit and
   container_env, container_env_multi_node: the engine's environment in the container (kimi_serve's container.env),
                       on every host and only in a replica of several; container_shm_bytes: --shm-size where the
                       container gets its own /dev/shm (Ascend) instead of the host's (--ipc host).
-  tool_parser, reasoning_parser: the Kimi parser names, first choice first; the first the version's list has is
-                      emitted, none where it has none (the plan and the verify gate say what clients then see).
-  vision:             the engine serves Kimi-K2.6's image input.
+  hybrid_state:       how a hybrid model's fixed per-sequence state comes out of the memory (_model/memory.py):
+                      {rule: "shared" (one pool with the KV cache, a state per running request), "ratio" (ratio: the
+                      engine's state-to-KV share) or "outside" (held outside the KV pool)}.
+  (The tool and reasoning parser names are the model's data, _model/models.py `parsers`: the first the version's list
+  has is emitted, none where it has none; the plan and the verify gate say what clients then see.)
+  vision:             the engine serves the model's image input.
   image_refusals:     ((regex on the image reference, why), ...).
   shm_bytes:          /dev/shm the engine needs at weight load (None: no check), shm_why.
   metrics_path:       where the engine serves Prometheus text (default /metrics): what kimi_metrics scrapes.
@@ -40,7 +43,7 @@ An engine file declares ENGINE, a dict read by _engines (the registry), _fit and
   speculative:        None (speculative_why says why), or {form: "sglang" (its --speculative-* flags) or "vllm" (one
                       --speculative-config JSON), option: how the method is named in messages, methods_from: the
                       parser dests whose values (the version's flag list) name the methods it accepts, names: {method:
-                      the engine's name}, drafts: {method: the known draft}, refused: ((condition(method, quant,
+                      the engine's name} (the known drafts are the model's data), refused: ((condition(method, quant,
                       deployment), why), ...), metrics: its acceptance series (_model.speculative.acceptance), and
                       draft_quantization where the draft must not inherit the target's --quantization}. The flags are
                       Args on the speculative* fields (the spec_* functions below).

@@ -168,9 +168,9 @@ ENGINE = {
                       "trtllm-llmapi-launch, or NVIDIA's SLURM scripts, seed 003), which this collection's one-unit-per-"
                       "host service does not launch yet. Serve it on one host of 8 x B200/GB200, or use engine=vllm or "
                       "engine=sglang for a replica over several hosts",
-    "tool_parser": ("kimi_k2",),
-    # kimi_k25 reads a reply that starts inside the thinking (reasoning_at_start), as K2.5/K2.6's template makes it.
-    "reasoning_parser": ("kimi_k25", "kimi_k2"),
+    # A hybrid model's linear-attention state would live outside the KV pool (NVIDIA's K3 guide: "KDA layers keep
+    # per-request FP32 recurrent state outside the paged KV pool"), per max_batch_size request.
+    "hybrid_state": {"rule": "outside"},
     "vision": True,
     "image_refusals": (),
     # --ipc host: the engine uses the host's /dev/shm, which must hold the weights while they load (seed 003: Bus

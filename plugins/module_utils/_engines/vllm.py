@@ -26,7 +26,6 @@ SPECULATIVE = {
     "option": "--speculative-config method",
     "methods_from": ("spec_method", "speculative_config"),
     "names": {"eagle3": "eagle3", "dflash": "dflash", "ngram": "ngram"},
-    "drafts": {"eagle3": "lightseekorg/kimi-k2.6-eagle3", "dflash": "z-lab/Kimi-K2.6-DFlash"},
     "refused": (
         (lambda method, quant, deployment: with_draft(method, quant, deployment) and spec_pipelined(method, quant, deployment),
          "EAGLE-3 and DFlash drafts need the target's aux hidden states on one stage, and vLLM refuses them with "
@@ -146,7 +145,10 @@ ENGINE = {
         },
         "0.33.0": {
             "options": V0_33_0,
-            "images": {"int4": "vllm/vllm-openai:v0.33.0", "nvfp4": "kimi-k26-nvfp4-vllm:v0.33.0-cu130-mla"},
+            # mxfp4: Kimi-K3's checkpoint (vLLM >= 0.27.0 registers KimiK3ForConditionalGeneration; the quant_method
+            # is rewritten to mxfp4, model_executor/models/config.py).
+            "images": {"int4": "vllm/vllm-openai:v0.33.0", "nvfp4": "kimi-k26-nvfp4-vllm:v0.33.0-cu130-mla",
+                       "mxfp4": "vllm/vllm-openai:v0.33.0"},
             # Upstream still launches the TRITON_MLA grouped decode with num_stages=2 on CUDA in 0.33.0 (it lowers it
             # only on ROCm or for BLOCK_DMODEL >= 1024; MLA's is 512: triton_decode_attention.py lines 520-531 of the
             # 0.33.0 wheel), so sm_120 still needs the patched image. Since vLLM 0.20 the unsuffixed tag is CUDA 13.
@@ -165,6 +167,8 @@ ENGINE = {
         # marlin is the measured throughput pick on PCIe-only sm_120; flashinfer_cutedsl the native FP4 path on sm_100.
         "nvfp4": {"kv_menu": ("fp8", "auto"), "families": None,
                   "moe_backends": ("marlin", "flashinfer_b12x", "flashinfer_cutedsl")},
+        # MXFP4 experts: native FP4 on sm_100/103, Marlin/Humming on sm_90 and sm_120 (fused_moe/oracle/mxfp4.py).
+        "mxfp4": {"kv_menu": ("fp8", "auto"), "families": None},
     },
     "refused_quants": {},
     # --gpu-memory-utilization caps the whole footprint (measured on 8 x 96 GB: 0.95 works, 0.85 leaves no KV and
@@ -182,8 +186,9 @@ ENGINE = {
     # --data-parallel-size. The fit splits the experts over every GPU of the host and the rest over each rank's tp.
     "data_parallel": {"experts": "all", "how": "vLLM's --data-parallel-size (the experts over every GPU, one API "
                                                "server and one unit)"},
-    "tool_parser": ("kimi_k2",),
-    "reasoning_parser": ("kimi_k2",),
+    # A hybrid model's linear-attention state (_model/memory.py): one block pool with the KV cache, a state block per
+    # running request (v1/core/kv_cache_utils.py get_max_concurrency_for_kv_cache_config, 0.33.0).
+    "hybrid_state": {"rule": "shared"},
     "vision": True,
     "image_refusals": (),
     "shm_bytes": None,

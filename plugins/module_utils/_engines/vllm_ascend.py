@@ -80,8 +80,9 @@ ENGINE = {
     # head, --headless ranks elsewhere).
     "multi_node": "data",
     "attention_tp": 4,
-    "tool_parser": ("kimi_k2",),
-    "reasoning_parser": ("kimi_k2",),
+    # A hybrid model's linear-attention state (_model/memory.py): one block pool with the KV cache, a state block per
+    # running request (v1/core/kv_cache_utils.py get_max_concurrency_for_kv_cache_config, 0.33.0).
+    "hybrid_state": {"rule": "shared"},
     "vision": True,
     "image_refusals": (),
     "shm_bytes": None,

@@ -18,8 +18,9 @@ import re
 
 from ansible_collections.kimi.deploy.plugins.module_utils._model.accelerators import (
     PLATFORM_TITLES, engine_for, platform_of)
-from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import (
-    CHECKPOINTS, KV_ELEMENT, MAX_CONTEXT, QUANTS)
+from ansible_collections.kimi.deploy.plugins.module_utils._model.memory import KV_ELEMENT
+from ansible_collections.kimi.deploy.plugins.module_utils._model.models import DEFAULT_MODEL, MODEL_NAMES, model
+from ansible_collections.kimi.deploy.plugins.module_utils._common import release_key as version_key
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import (
     ENGINE_NAMES, ENGINES, build_of, builds_of, parser_name)
 from ansible_collections.kimi.deploy.plugins.module_utils._model.fit import MAX_NODES, replica_layout
@@ -54,28 +55,78 @@ IMAGE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")
 VERSION_RE = re.compile(r"[0-9][0-9A-Za-z.+-]{0,31}")
 
 
-def _allowed_pairs(platform=None):
-    """quant+engine pairs served on `platform`, or on each platform ("...; on Ascend: ...") when None."""
+def _allowed_pairs(platform=None, quants=None):
+    """quant+engine pairs served on `platform`, or on each platform ("...; on Ascend: ...") when None; only the
+    model's `quants` (the default model's when None)."""
+    quants = quants or tuple(model(DEFAULT_MODEL)["checkpoints"])
     if platform is None:
-        return "; ".join("%s%s" % ("" if p == DEFAULT_PLATFORM else "on %s: " % PLATFORM_TITLES[p], _allowed_pairs(p))
-                         for p in ORDER)
+        return "; ".join("%s%s" % ("" if p == DEFAULT_PLATFORM else "on %s: " % PLATFORM_TITLES[p],
+                                   _allowed_pairs(p, quants)) for p in ORDER)
     return ", ".join("%s+%s" % (quant, ENGINES[key]["name"]) for key in sorted(
         (k for k in ENGINES if ENGINES[k]["platform"] == platform), key=lambda k: ENGINES[k]["name"])
-        for quant in sorted(ENGINES[key]["quants"]))
+        for quant in sorted(ENGINES[key]["quants"]) if quant in quants) or "none"
 
 
-def check_identity(quant, engine):
-    check_choice("quant", quant, QUANTS + ("auto",))
+def check_model(name):
+    """kimi_model: one entry of the models table; unset -> the default model."""
+    name = DEFAULT_MODEL if is_unset(name) else str(name).strip().lower()
+    return check_choice("model", name, MODEL_NAMES, "the models table (plugins/module_utils/_model/models.py)")
+
+
+def check_model_build(entry, key, quant):
+    """A model the engine build serves in no release (TensorRT-LLM and the Ascend builds for Kimi-K3), or a checkpoint
+    of it that is not published, is refused with the reason; the builds that do serve it are named."""
+    served = entry["engines"].get(key) or {"min": None, "why": "%s is not known to serve %s" % (
+        ENGINES[key]["title"], entry["title"])}
+    if served["min"] is None:
+        others = ["%s (%s >= %s, on %s)" % (ENGINES[k]["name"], ENGINES[k]["title"], v["min"],
+                                             PLATFORM_TITLES[ENGINES[k]["platform"]])
+                  for k, v in sorted(entry["engines"].items()) if v["min"] is not None]
+        fail("engine", ENGINES[key]["name"], others, "%s on %s: %s" % (entry["title"], ENGINES[key]["title"],
+                                                                       served["why"]))
+    checkpoint = entry["checkpoints"][quant]
+    if checkpoint["repo_id"] is None or checkpoint["weights_bytes"] is None:
+        known = [q for q, c in sorted(entry["checkpoints"].items())
+                 if c["repo_id"] is not None and c["weights_bytes"] is not None]
+        if not known:  # no checkpoint of the model at all (Kimi-K3.1-Pro): the model is what is refused
+            fail("model", entry["name"], [n for n in MODEL_NAMES if any(
+                c["repo_id"] and c["weights_bytes"] for c in model(n)["checkpoints"].values())],
+                "%s has no published checkpoint this collection can pin (%s)" % (entry["title"], checkpoint["source"]))
+        fail("quant", quant, known, "%s's %s checkpoint: %s is not published (%s)" % (
+            entry["title"], quant, "the repository" if checkpoint["repo_id"] is None else "its size",
+            checkpoint["source"]))
+
+
+def model_version(entry, key, version, given):
+    """(version, reason or None): a release older than the model's minimum is refused when the user named it; left
+    unset, the oldest pinned release that serves the model is chosen instead of the default."""
+    spec = ENGINES[key]
+    minimum = entry["engines"][key]["min"]
+    if version_key(version) >= version_key(minimum):
+        return version, None
+    newer = sorted((v for v in spec["versions"] if version_key(v) >= version_key(minimum)), key=version_key)
+    if given or not newer:
+        fail("engine_version", version, newer or ["none pinned yet: %s >= %s (make engine-flags ENGINE=%s VERSION=)"
+                                                  % (spec["title"], minimum, spec["name"])],
+             "%s needs %s %s or newer (%s)" % (entry["title"], spec["title"], minimum, entry["engines"][key]["why"]))
+    return newer[0], "%s %s: the oldest pinned release that serves %s (it needs %s; %s)." % (
+        spec["title"], newer[0], entry["title"], minimum, entry["engines"][key]["why"])
+
+
+def check_identity(quant, engine, entry=None):
+    entry = entry or model(DEFAULT_MODEL)
+    quants = tuple(sorted(entry["checkpoints"]))
+    check_choice("quant", quant, quants + ("auto",))
     check_choice("engine", engine, ENGINE_NAMES + ("auto",))
     builds = builds_of(engine, ORDER) if engine != "auto" else ()
     if quant != "auto" and engine != "auto" and not any(quant in ENGINES[k]["quants"] for k in builds):
         key = builds_of(engine, ORDER)[0]
         why = ENGINES[key]["refused_quants"].get(quant, "%s does not serve %s" % (engine, quant))
         raise DeploymentError("engine=%s with quant=%s is refused: %s. Allowed pairs: %s"
-                              % (engine, quant, why, _allowed_pairs()))
+                              % (engine, quant, why, _allowed_pairs(None, quants)))
 
 
-def check_platform(quant, engine, platform, summary):
+def check_platform(quant, engine, platform, summary, quants=None):
     """The build of `engine` for the host's platform, serving `quant`; a CUDA-only identity on Ascend (or the
     reverse) is refused with the reason."""
     where = PLATFORM_TITLES[platform]
@@ -86,11 +137,11 @@ def check_platform(quant, engine, platform, summary):
         other = ENGINES[builds_of(engine, ORDER)[0]]
         raise DeploymentError(
             "engine=%s is refused on %s: %s runs on %s only. Allowed here: %s"
-            % (engine, where, other["title"], PLATFORM_TITLES[other["platform"]], _allowed_pairs(platform)))
+            % (engine, where, other["title"], PLATFORM_TITLES[other["platform"]], _allowed_pairs(platform, quants)))
     if quant not in ENGINES[key]["quants"]:
         why = ENGINES[key]["refused_quants"].get(quant, "%s does not serve %s" % (ENGINES[key]["title"], quant))
         raise DeploymentError("quant=%s engine=%s is refused on %s: %s. Allowed here: %s"
-                              % (quant, engine, where, why, _allowed_pairs(platform)))
+                              % (quant, engine, where, why, _allowed_pairs(platform, quants)))
     return key
 
 
@@ -146,9 +197,9 @@ def check_mem(engine, mem):
     return mem
 
 
-def pinned_revision(quant, revisions, require_revision, warnings):
+def pinned_revision(quant, revisions, require_revision, warnings, entry=None):
     """The checkpoint's pinned commit (_model.validate.check_revision, the one revision rule); None in preview mode."""
-    checkpoint = CHECKPOINTS[quant]
+    checkpoint = (entry or model(DEFAULT_MODEL))["checkpoints"][quant]
     if revisions is None:
         revisions = {}
     if not isinstance(revisions, dict):
@@ -164,22 +215,32 @@ def pinned_revision(quant, revisions, require_revision, warnings):
         raise DeploymentError(str(exc))
 
 
-def pick_identity(quant, engine, summary, advice, reasons, platform):
-    """quant and engine with `auto` resolved from the accelerators; the reasons appended."""
+def pick_identity(quant, engine, summary, advice, reasons, platform, entry=None):
+    """quant and engine with `auto` resolved from the accelerators; the reasons appended. A model that does not ship
+    the checkpoint recommended for the hardware gets its own first published one (Kimi-K3: mxfp4)."""
+    entry = entry or model(DEFAULT_MODEL)
+    quants = tuple(sorted(entry["checkpoints"]))
+    own = [q for q, c in entry["checkpoints"].items() if c["weights_bytes"] is not None] or list(quants)
+    if advice and advice["quant"] not in own:
+        # The hardware's advice was for the K2 family's checkpoint: its reasons do not apply to this one.
+        advice = dict(advice, quant=own[0], why=["%s publishes %s (of %s), not the %s recommended for the K2 family "
+                                                 "here: quant=%s." % (entry["title"], ", ".join(own),
+                                                                      ", ".join(quants), advice["quant"], own[0])])
     if quant == "auto" or engine == "auto":
         if not summary:
             raise DeploymentError(
                 "quant=%s engine=%s needs GPU facts to recommend from, and none were given. Set quant (%s) and engine "
                 "(%s), or run against a GPU host (or pass -e @tests/fixtures/gpus/<profile>.json)."
-                % (quant, engine, ", ".join(QUANTS), ", ".join(ENGINE_NAMES)))
+                % (quant, engine, ", ".join(quants), ", ".join(ENGINE_NAMES)))
         if quant == "auto":
             key = build_of(engine, platform) if engine != "auto" else None
             if engine != "auto" and key is None:
                 return quant, engine, True  # check_platform refuses the engine here, with the reason
-            served = sorted(ENGINES[key]["quants"]) if key else [advice["quant"]]
+            served = sorted(q for q in ENGINES[key]["quants"] if q in quants) if key else [advice["quant"]]
+            served = served or sorted(ENGINES[key]["quants"])
             quant = advice["quant"] if advice["quant"] in served else served[0]
             if len(served) == 1 and key:
-                other = [q for q in QUANTS if q != quant]
+                other = [q for q in quants if q != quant]
                 why = "%s serves %s only (%s)." % (ENGINES[key]["title"], quant, "; ".join(
                     ENGINES[key]["refused_quants"][q] for q in other if q in ENGINES[key]["refused_quants"]))
             else:
@@ -256,20 +317,21 @@ def ranks_layouts(spec, inputs, summary, nodes, pp):
             and bool(summary["count"]) and summary["arch"] != "unsupported")
 
 
-def context_length(engine, quant, inputs, kv, mem, verdict, summary, warnings):
+def context_length(engine, quant, inputs, kv, mem, verdict, summary, warnings, entry=None):
     """The context length: the model's 256K unless the engine's KV pool says otherwise (vLLM refuses a context above
     its pool; the others start and cannot serve one request that long)."""
     strict = ENGINES[engine]["context"] == "strict"
+    max_context = (entry or model(DEFAULT_MODEL))["max_context"]
     kv_tokens = verdict["kv_tokens"] if verdict else None
     ctx = inputs.get("context_length")
     if is_unset(ctx):
-        ctx = MAX_CONTEXT
+        ctx = min(max_context, 262144)  # the 256K window (also for a 1M model: the pool rarely holds more)
         if strict and KV_ELEMENT[kv] == "bf16":
             ctx = 131072  # vLLM with bf16 KV tops out ~131K on 96 GB cards; 256K needs fp8 KV
         if strict and kv_tokens is not None:
             while ctx > 4096 and ctx > kv_tokens:
                 ctx //= 2
-    ctx = check_int("context_length", ctx, 4096, MAX_CONTEXT)
+    ctx = check_int("context_length", ctx, 4096, max_context)
     # Only for a pool that fits: an unfit one is reported by the fit verdict (hardware.fits and fit_reason, with the
     # GPUs found and what fits), which site.yml's preflight turns into the error; this message would only confuse it.
     if strict and verdict and verdict["fits"] and ctx > kv_tokens:
@@ -289,31 +351,34 @@ def context_length(engine, quant, inputs, kv, mem, verdict, summary, warnings):
     return ctx
 
 
-def served_model_name(spec, version, quant, given, warnings):
+def served_model_name(spec, version, quant, given, warnings, entry=None, default=DEFAULT_SERVED_MODEL_NAME):
     """The model id clients send: kimi_served_model_name (default kimi-k2.6), or, for an engine version without a
     served-name option (trtllm-serve), the model argument itself, the checkpoint's repo id."""
     if isinstance(given, str) and given.strip().lower() == "auto":  # not a name, and not silently the default either
         fail("served_model_name", given, ["1-128 characters of letters, digits and . _ : / -", "unset"],
              "auto is not a model name clients could send; leave kimi_served_model_name unset for %s"
-             % DEFAULT_SERVED_MODEL_NAME)
+             % default)
     name = check_text("served_model_name", given, NAME_RE, ["1-128 characters of letters, digits and . _ : / -"],
-                      DEFAULT_SERVED_MODEL_NAME)
+                      default)
     if any(arg.field == "served_model_name" for arg in spec["args"]):
         return name
-    repo_id = CHECKPOINTS[quant]["repo_id"]
+    repo_id = (entry or model(DEFAULT_MODEL))["checkpoints"][quant]["repo_id"]
     if not is_unset(given) and name != repo_id:
         fail("served_model_name", name, [repo_id, "unset"], "%s %s has no served-model-name option: its OpenAI server "
              "names the model after its model argument" % (spec["title"], version))
     warnings.append("%s %s has no served-model-name option: clients send model=%s (not %s) to this identity."
-                    % (spec["title"], version, repo_id, DEFAULT_SERVED_MODEL_NAME))
+                    % (spec["title"], version, repo_id, default))
     return repo_id
 
 
-def capabilities(engine, version, reasons, warnings):
-    """(tool parser, reasoning parser, verify checks) of this engine version, with what clients will see."""
+def capabilities(engine, version, reasons, warnings, entry=None):
+    """(tool parser, reasoning parser, verify checks) of this engine version for the model (its parser names for this
+    build), with what clients will see."""
     spec = ENGINES[engine]
-    tool = parser_name(engine, version, "tool")
-    reasoning = parser_name(engine, version, "reasoning")
+    entry = entry or model(DEFAULT_MODEL)
+    names = entry["parsers"].get(engine) or {"tool": (), "reasoning": ()}
+    tool = parser_name(engine, version, "tool", names["tool"])
+    reasoning = parser_name(engine, version, "reasoning", names["reasoning"])
     checks = list(VERIFY_CHECKS)  # the checks against the engine (_verify_checks), less what this version lacks
     title = "%s %s" % (spec["title"], version)
     if not tool:
@@ -325,8 +390,8 @@ def capabilities(engine, version, reasons, warnings):
                         "<think>...</think>, not in reasoning_content." % title)
     if not spec["vision"]:
         checks.remove("vision")
-        warnings.append("%s serves Kimi-K2.6 as text only: a request with an image is refused; the verify gate skips "
-                        "its vision check." % title)
+        warnings.append("%s serves %s as text only: a request with an image is refused; the verify gate skips "
+                        "its vision check." % (title, entry["title"]))
     return tool, reasoning, checks
 
 

@@ -7,7 +7,9 @@ kimi.deploy.
 The deployment action (plugins/action/deployment.py, which makes kimi_deployment), the filter plugins and the tests all
 go through resolve() and recommend(); nothing else derives checkpoints, images, menus or engine flags. The model is
 split by concern, and this file only combines them:
-- _model/checkpoints.py:  the checkpoints (repo, format, size) and the model geometry;
+- _model/models.py:       the models (kimi_model): checkpoints (repo, format, size), geometry, parsers, drafts, the
+                          engine releases that serve each (_model/checkpoints.py: the default model's view);
+- _model/memory.py:       the memory model (MLA KV per token, a hybrid model's state per sequence);
 - _engines/:              the engines and their versions (one data file each, _engines/<name>.py, with the flag lists
                           generated from the released packages in _engines/flags/), the command line and config file
                           (_engines/registry.py);
@@ -29,7 +31,7 @@ import re
 
 from ansible_collections.kimi.deploy.plugins.module_utils._model.accelerators import (
     SUMMARY_ERRORS, platform_of, recommended, summarize)
-from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import CHECKPOINTS, MAX_CONTEXT
+from ansible_collections.kimi.deploy.plugins.module_utils._model.models import model as model_entry
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import (
     ENGINES, build_of, check_extra_args, command_for, engine_argv, engine_config, engine_slots, managed, pinned_image,
     select_version)
@@ -38,12 +40,13 @@ from ansible_collections.kimi.deploy.plugins.module_utils._model import cost, kv
 from ansible_collections.kimi.deploy.plugins.module_utils._model.checks import (  # noqa: F401 (re-exported)
     DEFAULT_DIST_PORT, DEFAULT_HOST, DEFAULT_PORT, HOST_RE, IMAGE_RE, KV_NOTES, VERIFY_CHECKS, VERSION_RE,
     WILDCARD_HOSTS,
-    capabilities, check_family, check_identity, check_inputs, check_kv, check_mem, check_moe, check_platform,
-    check_replica, context_length, pick_identity, pinned_revision, ranks_layouts, served_model_name)
+    capabilities, check_family, check_identity, check_inputs, check_kv, check_mem, check_model, check_model_build,
+    check_moe, check_platform, check_replica, context_length, model_version, pick_identity, pinned_revision,
+    ranks_layouts, served_model_name)
 from ansible_collections.kimi.deploy.plugins.module_utils._model.kernel_cache import entry as kernel_cache_entry
 from ansible_collections.kimi.deploy.plugins.module_utils._model.fit import (
     MIN_KV_TOKENS, fit, replica_advice, replica_layout)
-from ansible_collections.kimi.deploy.plugins.module_utils._model.layout import choose_layout
+from ansible_collections.kimi.deploy.plugins.module_utils._model.layout import check_workload, choose_layout
 from ansible_collections.kimi.deploy.plugins.module_utils._model.pd import for_instance, resolve_pd
 from ansible_collections.kimi.deploy.plugins.module_utils._model.platforms import DEFAULT as DEFAULT_PLATFORM, traits
 from ansible_collections.kimi.deploy.plugins.module_utils._model.ports import check as check_ports, deployment_ports
@@ -114,18 +117,25 @@ def recommend(gpus, min_kv_tokens=MIN_KV_TOKENS):
 
 
 def _identity(inputs, r):
-    """Seam 1, identity and version: quant and engine (given or recommended from the accelerators), the platform and
-    the engine's build for it, the release (kimi_engine_version, the image's tag, or the verified default)."""
+    """Seam 1, identity and version: the model (kimi_model), quant and engine (given or recommended from the
+    accelerators), the platform and the engine's build for it, the release (kimi_engine_version, the image's tag, the
+    verified default, or the oldest pinned one that serves the model)."""
+    r["model"] = name = check_model(inputs.get("model"))
+    r["entry"] = entry = model_entry(name)
     quant = "auto" if is_unset(inputs.get("quant")) else str(inputs["quant"]).strip().lower()
     engine = "auto" if is_unset(inputs.get("engine")) else str(inputs["engine"]).strip().lower()
-    check_identity(quant, engine)
+    check_identity(quant, engine, entry)
     r["summary"] = summary = _summary(r["gpus"]) if r["gpus"] else None
     r["advice"] = advice = _advice(summary) if summary else None
     platform = platform_of(summary) if summary else None
-    quant, engine, r["auto"] = pick_identity(quant, engine, summary, advice, r["reasons"], platform)
+    quant, engine, r["auto"] = pick_identity(quant, engine, summary, advice, r["reasons"], platform, entry)
     r["platform"] = platform = platform or _quant_platform(quant)
+    # A build that serves the model in no release is refused before its quants are (the model is the reason).
+    build = build_of(engine, platform)
+    if build:
+        check_model_build(entry, build, quant)
     # From here on `key` is the engine's build for this platform (vllm-ascend is engine=vllm on Ascend).
-    r["key"] = key = check_platform(quant, engine, platform, summary)
+    r["key"] = key = check_platform(quant, engine, platform, summary, tuple(entry["checkpoints"]))
     r["spec"] = spec = ENGINES[key]
     check_family(quant, key, summary)
     r["family"] = summary["arch"] if summary else None
@@ -134,7 +144,8 @@ def _identity(inputs, r):
     r["image"] = check_text("image", inputs.get("image"), IMAGE_RE, ["an image reference, e.g. registry.local/vllm:1"],
                             None)
     r["version"], version_why = select_version(key, version, r["image"])
-    r["reasons"].append(version_why)
+    r["version"], model_why = model_version(entry, key, r["version"], version is not None or r["image"] is not None)
+    r["reasons"].append(model_why or version_why)
     r["release"] = release = spec["versions"][r["version"]]
     if quant not in release["images"]:
         fail("engine_version", r["version"], sorted(v for v, x in spec["versions"].items() if quant in x["images"]),
@@ -156,14 +167,18 @@ def _layout_and_fit(inputs, r):
     r["nodes"], r["tp"], r["pp"], r["dp"] = nodes, tp, pp, dp
     r["mem"] = mem = check_mem(key, inputs.get("mem_fraction"))
     min_kv = inputs.get("min_kv_tokens")
-    min_kv = MIN_KV_TOKENS if is_unset(min_kv) else check_int("min_kv_tokens", min_kv, 0, 64 * MAX_CONTEXT)
+    entry, name = r["entry"], r["model"]
+    min_kv = MIN_KV_TOKENS if is_unset(min_kv) else check_int("min_kv_tokens", min_kv, 0, 64 * entry["max_context"])
+    # The sequences a hybrid model's state is reserved for (kimi_workload's concurrency; nothing for the K2 family).
+    r["seqs"] = seqs = check_workload(inputs.get("workload"))["concurrency"]
     r["user_options"] = inputs.get("engine_options") or {}
-    probe = engine_config(key, version, {"tp": tp, "pp": pp, "context_length": MAX_CONTEXT, "kv_cache_dtype": kv,
-                                         "mem_fraction": mem}, r["user_options"])
+    probe = engine_config(key, version, {"tp": tp, "pp": pp, "context_length": entry["max_context"],
+                                         "kv_cache_dtype": kv, "mem_fraction": mem}, r["user_options"])
     r["attention_dp"] = bool(probe and probe.get("enable_attention_dp")) or bool(spec.get("attention_dp"))
     r["layouts"] = None
     if ranks_layouts(spec, inputs, summary, nodes, pp):
-        tp, dp, r["layouts"], why = choose_layout(inputs, quant, key, kv, mem, summary, min_kv, r["attention_dp"])
+        tp, dp, r["layouts"], why = choose_layout(inputs, quant, key, kv, mem, summary, min_kv, r["attention_dp"],
+                                                  model=name)
         r["tp"], r["dp"] = tp, dp
         if why:
             r["reasons"].append(why)
@@ -174,7 +189,7 @@ def _layout_and_fit(inputs, r):
     r["speculative"] = speculative = resolve_speculative(
         inputs, spec, version, eng_options(key, version), quant,
         {"tp": tp, "pp": pp, "dp": dp, "nodes": nodes, "pd": not is_unset(inputs.get("pd")),
-         "platform": r["platform"], "family": r["family"]}, r["require_revision"], r["warnings"])
+         "platform": r["platform"], "family": r["family"]}, r["require_revision"], r["warnings"], model=name)
     if speculative:
         r["reasons"].append("Speculative decoding: %s; %s." % (speculative["summary"], speculative["why"]))
     # The fit of the settings chosen (not the recommended ones); more hosts only when no setting of the user's fits.
@@ -182,15 +197,16 @@ def _layout_and_fit(inputs, r):
     r["verdict"] = verdict = fit(quant, key, kv, mem, tp, summary, min_kv, pp=pp, nodes=nodes,
                                  attention_dp=r["attention_dp"],
                                  dp=dp if (spec.get("data_parallel") or {}).get("experts", "all") == "all" else 1,
-                                 draft=speculative["draft"] if speculative else None) if summary else None
+                                 draft=speculative["draft"] if speculative else None, model=name,
+                                 seqs=seqs) if summary else None
     if verdict:
         r["reasons"].append(verdict["reason"])
     r["replica"] = None
     if verdict and not verdict["fits"] and nodes == 1 and not verdict["settings_advice"]:
-        r["replica"] = replica_advice(quant, key, kv, mem, summary, min_kv)
+        r["replica"] = replica_advice(quant, key, kv, mem, summary, min_kv, model=name, seqs=seqs)
     if r["replica"]:
         r["reasons"].append(r["replica"])
-    r["ctx"] = context_length(key, quant, inputs, kv, mem, verdict, summary, r["warnings"])
+    r["ctx"] = context_length(key, quant, inputs, kv, mem, verdict, summary, r["warnings"], entry)
 
 
 def _endpoint(inputs, r):
@@ -200,7 +216,8 @@ def _endpoint(inputs, r):
     r["port"] = port = check_int("port", DEFAULT_PORT if is_unset(inputs.get("port")) else inputs["port"], 1, 65535)
     r["host"] = host = check_text("host", inputs.get("host"), HOST_RE,
                                   ["an IP address or host name, e.g. 0.0.0.0 or 127.0.0.1"], DEFAULT_HOST)
-    r["name"] = served_model_name(spec, version, quant, inputs.get("served_model_name"), warnings)
+    r["name"] = served_model_name(spec, version, quant, inputs.get("served_model_name"), warnings, r["entry"],
+                                  r["model"])
     if host in WILDCARD_HOSTS:
         warnings.append("%s=%s: the engine port %d answers without authentication to every network this host is on; "
                         "the proxy only needs 127.0.0.1." % (var("host"), host, port))
@@ -211,21 +228,31 @@ def _endpoint(inputs, r):
             fail("image", image, ["a full %s tag, e.g. %s" % (spec["title"], pinned)], why)
     managed(key, version)  # every flag the collection emits exists in this version's list
     r["extra"] = check_extra_args(key, version, inputs.get("extra_args"))
-    r["tool"], r["reasoning"], r["checks"] = capabilities(key, version, r["reasons"], warnings)
+    r["tool"], r["reasoning"], r["checks"] = capabilities(key, version, r["reasons"], warnings, r["entry"])
+    floor = r["entry"]["image_floor"]
+    if floor:
+        r["reasons"].append("%s on %s %s: the host driver must be r%d or newer (%s)." % (
+            r["entry"]["title"], spec["title"], version, floor["driver"], floor["why"]))
     if eng_options(key, version)["provenance"] != "release":
         warnings.append("%s %s's flag list is approximate: it was read from upstream source files that are not the "
                         "release's (tests/fixtures/engine_flags/engine_flags_%s-%s.json names them); regenerate it "
                         "from the release with make engine-flags ENGINE=%s VERSION=%s."
                         % (spec["title"], version, r["engine"], version, r["engine"], version))
-    r["revision"] = pinned_revision(quant, inputs.get("revisions"), r["require_revision"], warnings)
+    r["revision"] = pinned_revision(quant, inputs.get("revisions"), r["require_revision"], warnings, r["entry"])
 
 
 def _deployment(_inputs, r):
     """Seam 4, the deployment: what every role reads, from the three seams above."""
-    quant, spec, release, checkpoint = r["quant"], r["spec"], r["release"], CHECKPOINTS[r["quant"]]
+    quant, spec, release, entry = r["quant"], r["spec"], r["release"], r["entry"]
+    checkpoint = entry["checkpoints"][quant]
     host, port = r["host"], r["port"]
     deployment = {
         "identity": "%s-%s" % (quant, r["engine"]),
+        # The model served (kimi_model) and what clients, probes and the engine double read of it.
+        "model": {"name": r["model"], "title": entry["title"], "chat_format": entry["chat_format"],
+                  "parsers": entry["parsers"].get(r["key"]), "thinking": entry["thinking"],
+                  "reasoning_efforts": entry["reasoning_efforts"], "max_context": entry["max_context"],
+                  "vision": entry["vision"], "driver_floor": (entry["image_floor"] or {}).get("driver")},
         "quant": quant,
         "engine": r["engine"],
         # The build of the engine for this platform (the registry key of its data), and the platform with what the
@@ -312,6 +339,10 @@ def _deployment(_inputs, r):
             "vram_total_mib": summary["vram_total_mib"],
             "vram_min_mib": summary["vram_min_mib"],
             "kv_tokens_estimate": verdict["kv_tokens"],
+            # A hybrid model's sequences whose fixed state the pool holds, and the state's bytes a sequence a GPU
+            # (None and 0 for the K2 family).
+            "sequences_estimate": verdict["sequences"],
+            "state_bytes_per_seq": verdict["state_bytes_per_seq"],
             "fits": verdict["fits"],
             "fit_reason": verdict["reason"],
             "replica_advice": r["replica"],
@@ -406,7 +437,7 @@ FEATURES = (
 def resolve(inputs, gpus=None, require_revision=True):
     """Resolve user inputs (+ GPU facts when known) into the deployment every role consumes.
 
-    inputs: quant, engine, engine_version, kv_cache_dtype, moe_backend, context_length, mem_fraction, tp, pp, host,
+    inputs: model, quant, engine, engine_version, kv_cache_dtype, moe_backend, context_length, mem_fraction, tp, pp, host,
     port, served_model_name, extra_args, engine_options, revisions ({quant: sha}), image, min_kv_tokens, nodes,
     node_rank, head_address, dist_port, pd, speculative, speculative_draft, speculative_draft_revision,
     speculative_tokens, speculative_topk, speculative_draft_tokens, kv_offload, kv_offload_gb, host_memory_bytes,

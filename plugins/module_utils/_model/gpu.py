@@ -56,6 +56,8 @@ EXIT_VERSION_MISMATCH = 18  # "Failed to initialize NVML: Driver/library version
 ARCH_FAMILIES = (
     # (min cc, max cc (exclusive), family, human name)
     (12.0, 13.0, "blackwell-rtx", "Blackwell RTX PRO / GeForce"),
+    # sm_100 (B200, GB200) and Blackwell Ultra's sm_103 (B300 "NVIDIA B300 SXM6 AC", GB300): one family, the same
+    # native FP4 kernels (vLLM and SGLang's K3 paths test SM 100 and 103 alike).
     (10.0, 11.0, "blackwell-dc", "datacenter Blackwell (B200/B300)"),
     (9.0, 10.0, "hopper", "Hopper"),
     (8.9, 9.0, "ada", "Ada Lovelace"),

@@ -24,7 +24,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import (
-    GB, GIB, KV_BYTES_PER_TOKEN, KV_ELEMENT)
+    GB, GIB, KV_ELEMENT)
+from ansible_collections.kimi.deploy.plugins.module_utils._model.memory import kv_bytes_per_token
+from ansible_collections.kimi.deploy.plugins.module_utils._model.models import DEFAULT_MODEL, model
 from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError, check_choice, fail, var
 
 CHOICES = ("none", "host")
@@ -125,7 +127,8 @@ def resolve_kv_offload(inputs, spec, deployment, warnings):
         fail("kv_offload_gb", size_gib, ["at least %d (GiB)" % (ranks_here * (GB if unit == "GB" else 1) // GIB + 1)],
              "%s sizes each of the %d ranks on this host in whole %s" % (spec["title"], ranks_here, unit))
     # MLA keeps one latent vector per token and layer on every rank; a pipeline stage holds its layers only.
-    per_token = KV_BYTES_PER_TOKEN[KV_ELEMENT[deployment["kv_cache_dtype"]]] / float(deployment["pp"])
+    entry = model((deployment.get("model") or {}).get("name", DEFAULT_MODEL))
+    per_token = kv_bytes_per_token(entry, KV_ELEMENT[deployment["kv_cache_dtype"]]) / float(deployment["pp"])
     tokens = int(per_rank // per_token)
     device = (deployment.get("hardware") or {}).get("kv_tokens_estimate")
     if tier.get("host_larger_than_device") and device and tokens <= device:

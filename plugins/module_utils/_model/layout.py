@@ -19,6 +19,8 @@ __metaclass__ = type
 
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import ENGINES
 from ansible_collections.kimi.deploy.plugins.module_utils._model.fit import fit
+from ansible_collections.kimi.deploy.plugins.module_utils._model.memory import DEFAULT_WORKLOAD
+from ansible_collections.kimi.deploy.plugins.module_utils._model.models import DEFAULT_MODEL
 from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import check_int, fail, is_unset, var
 
 SOURCE = ("SemiAnalysis InferenceX, Kimi-K2.6 family, 8K in / 1K out, May 2026, as quoted in kimi.deploy issue 39 "
@@ -39,7 +41,7 @@ ANCHORS = (
 
 # kimi_workload unset: a chat workload (short prompts, medium answers, a few dozen users at once).
 WORKLOAD_KEYS = ("input_tokens", "output_tokens", "concurrency")
-DEFAULT_WORKLOAD = {"input_tokens": 2048, "output_tokens": 512, "concurrency": 32}
+# (DEFAULT_WORKLOAD, imported from _model/memory.py, where a hybrid model's state is sized for its concurrency.)
 
 
 def check_workload(workload):
@@ -105,7 +107,8 @@ def _anchor_words(anchor, engine, summary, workload):
     return "published anchor %s (%s)%s" % (point, anchor["source"], "; " + "; ".join(notes) if notes else "")
 
 
-def rank_layouts(quant, engine, kv_cache_dtype, mem_fraction, summary, workload, min_kv_tokens, attention_dp=False):
+def rank_layouts(quant, engine, kv_cache_dtype, mem_fraction, summary, workload, min_kv_tokens, attention_dp=False,
+                 model=DEFAULT_MODEL):
     """Every (tp, instances) layout of one host of `summary`, best first: {tp, instances, fits, kv_tokens (one
     instance's), tok_s_per_gpu (the anchor's, or None), basis ("anchor", "fit" or "refused"), requests_held (requests of
     the workload's length the KV pools of all instances hold, per GPU), reason}."""
@@ -125,7 +128,8 @@ def rank_layouts(quant, engine, kv_cache_dtype, mem_fraction, summary, workload,
             continue
         shared = instances > 1 and dp_data["experts"] == "all"
         verdict = fit(quant, engine, kv_cache_dtype, mem_fraction, tp, summary, min_kv_tokens,
-                      attention_dp=attention_dp and instances == 1, dp=instances if shared else 1)
+                      attention_dp=attention_dp and instances == 1, dp=instances if shared else 1, model=model,
+                      seqs=-(-workload["concurrency"] // instances))
         kv = verdict["kv_tokens"] * (tp if attention_dp and instances == 1 else 1)
         layout["fits"], layout["kv_tokens"] = verdict["fits"], kv
         held = kv // per_request
@@ -157,14 +161,15 @@ def rank_layouts(quant, engine, kv_cache_dtype, mem_fraction, summary, workload,
     return out
 
 
-def choose_layout(inputs, quant, engine, kv_cache_dtype, mem_fraction, summary, min_kv_tokens, attention_dp=False):
+def choose_layout(inputs, quant, engine, kv_cache_dtype, mem_fraction, summary, min_kv_tokens, attention_dp=False,
+                  model=DEFAULT_MODEL):
     """(tp, instances, ranking, why) for one host: the user's kimi_tensor_parallel / kimi_instances win; else the best
     of rank_layouts that fits (none fits: one instance over every GPU, whose fit says why)."""
     spec = ENGINES[engine]
     count = summary["count"]
     workload = check_workload(inputs.get("workload"))
     ranking = rank_layouts(quant, engine, kv_cache_dtype, mem_fraction, summary, workload, min_kv_tokens,
-                           attention_dp)
+                           attention_dp, model)
     tp = None if is_unset(inputs.get("tp")) else check_int("tp", inputs["tp"], 1, 64)
     instances = None if is_unset(inputs.get("instances")) else check_int("instances", inputs["instances"], 1, count)
     if instances is not None:

@@ -38,7 +38,17 @@ def plan_lines(d):
     else:
         hardware = "no accelerator facts given"
     ckpt = d["checkpoint"]
+    model = d.get("model") or {}
+    # The model line only for another model than the default (Kimi-K2.6's plan is unchanged); its state per sequence
+    # for a hybrid one.
+    shown = ["model: %s (kimi_model=%s), %s context, thinking %s%s, %s chat format, parsers %s%s" % (
+        model["title"], model["name"], model["max_context"], model["thinking"],
+        " (reasoning_effort %s)" % "/".join(model["reasoning_efforts"]) if model["reasoning_efforts"] else "",
+        model["chat_format"], d.get("tool_parser"), "; %s sequences' state at %.1f MB a sequence a GPU" % (
+            hw["sequences_estimate"], hw["state_bytes_per_seq"] / 1e6) if hw and hw.get("state_bytes_per_seq")
+        else "")] if model and model["name"] != "kimi-k2.6" else []
     return (["identity: %s (quant=%s, engine=%s %s)" % (d["identity"], d["quant"], d["engine"], d["engine_version"])]
+            + shown
             + ["why: " + r for r in d.get("reasons", [])]
             + ["hardware: " + hardware,
                "checkpoint: %s @ %s (%s)" % (ckpt["repo_id"], ckpt["revision"] or "NOT PINNED", ckpt["format"]),

@@ -15,7 +15,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import QUANTS
+from ansible_collections.kimi.deploy.plugins.module_utils._model.models import QUANTS
 from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import VARIABLES, is_unset
 from ansible_collections.kimi.deploy.plugins.module_utils._model.kv_offload import memory_bytes_from_facts
 from ansible_collections.kimi.deploy.plugins.module_utils._model.pd import layout_mismatch

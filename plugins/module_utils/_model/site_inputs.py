@@ -21,7 +21,7 @@ __metaclass__ = type
 
 from collections import namedtuple
 
-from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import QUANTS
+from ansible_collections.kimi.deploy.plugins.module_utils._model.models import DEFAULT_MODEL, MODEL_NAMES, QUANTS
 from ansible_collections.kimi.deploy.plugins.module_utils._model.constraints import (
     MAX_TEXT, Bool, Checked, Choice, Constraint, ControllerPath, CountOrShare, DeploymentError, Float, Int, ListOf,
     Mapping, ProbeFile, Text, TimeSpan, refuse)
@@ -76,9 +76,15 @@ def M(constraint):
 
 
 INPUTS = (
+    Input('kimi_model', 'raw', field='model', read='field', default=DEFAULT_MODEL, doc=(
+        'The Kimi model served, one entry of the models table (plugins/module_utils/_model/models.py): C(kimi-k2.6), '
+        'C(kimi-k2.7-code), C(kimi-k3) or C(kimi-k3.1-pro). It picks the checkpoints, parsers, drafts, context and '
+        'the memory model; an engine release older than the model needs is refused, naming the one that serves it.',
+    ), check=Choice(MODEL_NAMES, empty=True)),
     Input('quant', 'raw', field='quant', read='field', default='auto', doc=(
         'Checkpoint quantization, C(int4) (moonshotai/Kimi-K2.6), C(nvfp4) (nvidia/Kimi-K2.6-NVFP4) or C(w4a8) '
-        '(Eco-Tech/Kimi-K2.6-W4A8, for Ascend NPUs).',
+        '(Eco-Tech/Kimi-K2.6-W4A8, for Ascend NPUs); C(mxfp4) for Kimi-K3 (moonshotai/Kimi-K3). The repositories '
+        "are C(kimi_model)'s.",
         'C(auto) recommends from the accelerators.',
     ), check=Checked("the checkpoints table (%s, or auto) and the platform's quants" % ", ".join(QUANTS),
                      bad=("int8", 4, ["int4"]))),
@@ -86,7 +92,7 @@ INPUTS = (
         'Serving engine, C(sglang), C(vllm) or C(trtllm) (TensorRT-LLM); C(auto) recommends from the accelerators.',
         'The identity is the pair (quant, engine): C(int4) on C(sglang) or C(vllm); C(nvfp4) on C(vllm) or C(trtllm) '
         '(datacenter Blackwell only); C(w4a8) on the Ascend builds, C(vllm) (vLLM-Ascend) or C(sglang) (SGLang-Ascend, '
-        'Ascend 910C only).',
+        'Ascend 910C only); C(mxfp4) on C(vllm) or C(sglang) (Kimi-K3, on the releases that serve it).',
     ), check=Checked("the engine registry (plugins/module_utils/_engines)", bad=("tensorrt", "sglangx", 5, ["vllm"]))),
     Input('kimi_engine_version', 'raw', field='engine_version', read='field', doc=(
         'The engine release (e.g. C(0.33.0) for vLLM); unset serves the verified default (vLLM 0.22.1, SGLang '
@@ -110,6 +116,9 @@ INPUTS = (
     Input('kimi_w4a8_revision', 'raw', doc=(
         '40-hex lower-case commit of Eco-Tech/Kimi-K2.6-W4A8 (Ascend NPUs). Required when quant is w4a8.',
     ), check=SHA),
+    Input('kimi_mxfp4_revision', 'raw', doc=(
+        '40-hex lower-case commit of the MXFP4 checkpoint (moonshotai/Kimi-K3). Required when quant is mxfp4.',
+    ), check=SHA),
     Input('kimi_kv_cache_dtype', 'raw', field='kv_cache_dtype', read='field', doc=(
         "KV-cache dtype; unset picks the recommended one of the engine's menu (SGLang fp8_e4m3, vLLM fp8).",
     ), check=M(Text(r"[a-z0-9_]{1,32}", "a KV-cache dtype of the engine's menu (e.g. fp8, fp8_e4m3, bf16)", 32,
@@ -119,7 +128,8 @@ INPUTS = (
     ), check=M(Text(r"[a-z0-9_]{1,40}", "a MoE backend of the engine (e.g. marlin, flashinfer_cutedsl)", 40,
                     bad=("Marlin",)))),
     Input('kimi_context_length', 'raw', field='context_length', read='field', doc=(
-        'Context length in tokens (4096..262144); unset serves the 256K window where the KV pool allows it.',
+        "Context length in tokens (4096 up to the model's window: 262144 for the K2 family, 1048576 for Kimi-K3); "
+        'unset serves the 256K window where the KV pool allows it.',
     ), check=M(Int(1, 16777216))),
     Input('kimi_mem_fraction', 'raw', field='mem_fraction', read='field', doc=(
         "The engine's memory knob (SGLang --mem-fraction-static <= 0.85, vLLM --gpu-memory-utilization <= 0.98, "

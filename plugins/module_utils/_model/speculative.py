@@ -7,9 +7,9 @@ kimi.deploy.
 kimi_speculative is `none` (the default), `eagle3` or `dflash` (a draft model proposes tokens that the target checks in
 one forward pass), or `ngram` (the prompt itself is the draft: no model). resolve_speculative() is called by
 the deployment's resolve() and decides, from the engine's data (its `speculative` field) and the version's own flag
-list (the methods it accepts): the engine's name of the method, the draft (a known one from _model.checkpoints.DRAFTS,
-or the user's repo with its pinned revision), the knobs with each engine's rules, and a refusal with the reason where
-the engine version, the quant or the deployment cannot run it. The engine data files emit the flags from the
+list (the methods it accepts): the engine's name of the method, the draft (a known one of the model's drafts,
+_model/models.py, or the user's repo with its pinned revision), the knobs with each engine's rules, and a refusal with
+the reason where the engine version, the quant or the deployment cannot run it. The engine data files emit the flags from the
 `speculative` field (_engines/spec.py's spec_* functions read it; nothing here renders a flag). draft_mismatch()
 compares a downloaded draft's config.json with the target's (kimi_weights runs it before anything serves);
 acceptance() reads the engine's metrics into the acceptance rate and mean accepted length the verify summary reports.
@@ -23,7 +23,8 @@ import re
 
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.spec import DRAFT_METHODS
 from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import (
-    DRAFTS, TARGET_HIDDEN_SIZE, TARGET_LAYERS, TARGET_VOCAB_SIZE, UNKNOWN_DRAFT_BYTES)
+    TARGET_HIDDEN_SIZE, TARGET_LAYERS, TARGET_VOCAB_SIZE, UNKNOWN_DRAFT_BYTES)
+from ansible_collections.kimi.deploy.plugins.module_utils._model.models import DEFAULT_MODEL, model as model_entry
 from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import (
     DeploymentError, check_choice, check_int, check_text, fail, is_unset)
 from ansible_collections.kimi.deploy.plugins.module_utils._model.validate import ValueRuleError, check_revision
@@ -42,8 +43,9 @@ WHEN_IT_PAYS = ("Speculation pays at low concurrency with long outputs (a single
                 "GPUs and the rejected drafts are wasted compute, nor for short answers.")
 
 
-def _default_draft(engine_spec, method):
-    return engine_spec["speculative"]["drafts"].get(method)
+def _default_draft(engine_spec, method, entry=None):
+    """The model's known draft for the method on this engine (the model's data, by engine name), or None."""
+    return ((entry or model_entry(DEFAULT_MODEL))["default_drafts"].get(engine_spec["name"]) or {}).get(method)
 
 
 def _engine_methods(engine_spec, options):
@@ -56,19 +58,25 @@ def _engine_methods(engine_spec, options):
     return ()
 
 
-def _check_draft(method, inputs, engine_spec, require_revision, warnings):
-    """The draft of a draft method: the known one for the engine unless kimi_speculative_draft names another, with its
-    pinned revision. A known draft of another method is refused."""
+def _check_draft(method, inputs, engine_spec, require_revision, warnings, entry=None):
+    """The draft of a draft method: the model's known one for the engine unless kimi_speculative_draft names another,
+    with its pinned revision. A known draft of another method is refused."""
+    entry = entry or model_entry(DEFAULT_MODEL)
+    drafts = entry["drafts"]
     given = check_text("speculative_draft", inputs.get("speculative_draft"), REPO_RE,
-                       ["a Hugging Face repo id, e.g. %s" % (_default_draft(engine_spec, method)
+                       ["a Hugging Face repo id, e.g. %s" % (_default_draft(engine_spec, method, entry)
                                                              or "lightseekorg/kimi-k2.6-eagle3")], None)
-    repo_id = given or _default_draft(engine_spec, method)
+    repo_id = given or _default_draft(engine_spec, method, entry)
     if repo_id is None:
-        fail("speculative_draft", None, sorted(r for r, d in DRAFTS.items() if d["method"] == method),
-             "%s has no known %s draft for Kimi-K2.6: name one" % (engine_spec["title"], method))
-    known = DRAFTS.get(repo_id)
+        others = ", ".join("%s (%s)" % (r, d["method"]) for r, d in sorted(drafts.items()) if d["method"] != method)
+        fail("speculative_draft", None, sorted(r for r, d in drafts.items() if d["method"] == method)
+             or ["the repo id of a %s draft trained for %s" % (method, entry["title"])],
+             "%s has no known %s draft for %s: name one%s" % (
+                 engine_spec["title"], method, entry["title"],
+                 " (its known drafts are of methods kimi_speculative does not run: %s)" % others if others else ""))
+    known = drafts.get(repo_id)
     if known and known["method"] != method:
-        fail("speculative_draft", repo_id, sorted(r for r, d in DRAFTS.items() if d["method"] == method),
+        fail("speculative_draft", repo_id, sorted(r for r, d in drafts.items() if d["method"] == method),
              "%s is a %s draft, not %s (%s)" % (repo_id, known["method"], method, known["source"]))
     revision = inputs.get("speculative_draft_revision")
     if not require_revision and (revision is None or (isinstance(revision, str) and revision.strip() == "")):
@@ -82,8 +90,8 @@ def _check_draft(method, inputs, engine_spec, require_revision, warnings):
             raise DeploymentError(str(exc))
     if not known:
         warnings.append("%s is not a draft this collection knows: its size is estimated (%.0f GB) until the download "
-                        "plan reads it, and kimi_weights checks its config.json against Kimi-K2.6's before it serves."
-                        % (repo_id, UNKNOWN_DRAFT_BYTES / 1e9))
+                        "plan reads it, and kimi_weights checks its config.json against %s's before it serves."
+                        % (repo_id, UNKNOWN_DRAFT_BYTES / 1e9, entry["title"]))
     if known and known.get("gated"):
         warnings.append("%s is gated on the hub: kimi_weights_hf_token must belong to an account that was granted "
                         "access." % repo_id)
@@ -94,7 +102,7 @@ def _check_draft(method, inputs, engine_spec, require_revision, warnings):
         "known": bool(known),
         "source": known["source"] if known else "kimi_speculative_draft",
         "architecture": known["architecture"] if known else None,
-        "weights_bytes": known["weights_bytes"] if known else UNKNOWN_DRAFT_BYTES,
+        "weights_bytes": known["weights_bytes"] if known and known["weights_bytes"] else UNKNOWN_DRAFT_BYTES,
         # An unknown draft's KV is taken as the largest known one's (six GQA layers).
         "kv": dict(known["kv"]) if known else {"layers": 6, "kv_heads": 8, "head_dim": 128},
     }
@@ -146,7 +154,8 @@ def _knobs(method, form, inputs, draft_data, engine_spec):
     return tokens, topk, min(draft_tokens, MAX_DRAFT_TOKENS)
 
 
-def resolve_speculative(inputs, engine_spec, version, options, quant, deployment, require_revision, warnings):
+def resolve_speculative(inputs, engine_spec, version, options, quant, deployment, require_revision, warnings,
+                        model=DEFAULT_MODEL):
     """The `speculative` field of a deployment, or None for kimi_speculative none.
 
     engine_spec: the engine build's data; options: the version's flag list; deployment: the fields resolved so far
@@ -177,13 +186,14 @@ def resolve_speculative(inputs, engine_spec, version, options, quant, deployment
             fail("speculative", method, ["none"], "%s: %s" % (title, why if reason is True else reason))
     draft = None
     if method in DRAFT_METHODS:
-        draft = _check_draft(method, inputs, engine_spec, require_revision, warnings)
+        draft = _check_draft(method, inputs, engine_spec, require_revision, warnings, model_entry(model))
     else:  # the draft and its revision alike: the n-gram method has neither
         for field in ("speculative_draft", "speculative_draft_revision"):
             if not is_unset(inputs.get(field)):
                 fail(field, inputs[field], ["unset"], "the n-gram method drafts from the prompt itself and loads no "
                      "model")
-    tokens, topk, draft_tokens = _knobs(method, spec["form"], inputs, DRAFTS.get(draft["repo_id"]) if draft else None,
+    tokens, topk, draft_tokens = _knobs(method, spec["form"], inputs,
+                                        model_entry(model)["drafts"].get(draft["repo_id"]) if draft else None,
                                         engine_spec)
     result = {
         "method": method,

@@ -4,7 +4,8 @@
 """kimi-probe: the serving-time accuracy probe (kimi-k26-probe.timer, every kimi_probe_interval), stdlib only.
 
 Asks the engine on the host a small sample of the accuracy probes (a different slice each run, the needle left out),
-scores them with the gate's own code (_accuracy.py beside this file, the collection's module_utils) and writes, for the
+scores them with the gate's own code (_accuracy.py and _chat_format.py beside this file, the collection's module_utils),
+asking in the deployment's model's format (model.json: thinking, reasoning efforts) and writes, for the
 node exporter's textfile collector:
 
     kimi_probe_accuracy{identity}          share of this run's answered sample that passed (0..1)
@@ -77,12 +78,15 @@ def main(argv=None):
     parser.add_argument("--timeout", type=int, default=120)
     parser.add_argument("--no-tool-calls", action="store_true", help="the engine has no Kimi tool-call parser")
     parser.add_argument("--no-reasoning-split", action="store_true", help="the engine has no Kimi reasoning parser")
+    parser.add_argument("--model-file", help="the deployment's model (JSON: chat_format, thinking, reasoning_efforts), "
+                                             "whose format the requests follow; absent: Kimi-K2.6's")
     args = parser.parse_args(argv)
     with open(args.env_file) as handle:
         env = dict(line.strip().split("=", 1) for line in handle if "=" in line and not line.startswith("#"))
     args.identity, args.model = "%s-%s" % (env.get("QUANT", "?"), env.get("FRAMEWORK", "?")), env.get("MODEL_NAME")
     with open(args.probes) as handle:
-        cases = acc.applicable(acc.load_all(json.load(handle)), not args.no_tool_calls)
+        cases = acc.applicable(acc.load_all(json.load(handle)), not args.no_tool_calls,
+                               read_json(args.model_file, None) if args.model_file else None)
     state = read_json(args.state, {})
     if state.get("identity") != args.identity:
         state = {"identity": args.identity, "offset": 0, "failures": 0, "accuracy": None}

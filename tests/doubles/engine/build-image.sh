@@ -8,19 +8,23 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 flags_src="$here/../../fixtures/engine_flags"
+# The chat formats the double speaks are the collection's own (kimi_engine_double/chat_format.py loads this file).
+chat_format="$here/../../../plugins/module_utils/_chat_format.py"
 exporters="$here/../exporters"
 SGLANG_IMAGE=kimi-double/sglang:v0.5.12.post1-cu130
 VLLM_IMAGE=kimi-double/vllm-openai:v0.22.1
 CU130_IMAGE=kimi-double/vllm-openai:v0.22.1-cu130
 NOPATTERN_IMAGE=kimi-double/vllm-openai:v0.22.1-cu130-nopattern
 TRTLLM_IMAGE=kimi-double/tensorrt-llm:1.3.0rc17
+VLLM_K3_IMAGE=kimi-double/vllm-openai:v0.33.0        # the releases that serve Kimi-K3
+SGLANG_K3_IMAGE=kimi-double/sglang:v0.5.23-cu130
 VLLM_ASCEND_IMAGE=kimi-double/vllm-ascend:v0.20.2rc1-a3
 SGLANG_ASCEND_IMAGE=kimi-double/sglang-ascend:v0.5.13.post1-cann9.0.0-a3
 DCGM_EXPORTER_IMAGE=kimi-double/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04
 NPU_EXPORTER_IMAGE=kimi-double/npu-exporter:v26.1.0-ubuntu22.04
 ASCENDHUB=swr.cn-south-1.myhuaweicloud.com/ascendhub
 ALL_IMAGES=("$SGLANG_IMAGE" "$VLLM_IMAGE" "$CU130_IMAGE" "$NOPATTERN_IMAGE" "$TRTLLM_IMAGE" "$VLLM_ASCEND_IMAGE"
-            "$SGLANG_ASCEND_IMAGE" "$DCGM_EXPORTER_IMAGE" "$NPU_EXPORTER_IMAGE")
+            "$SGLANG_ASCEND_IMAGE" "$VLLM_K3_IMAGE" "$SGLANG_K3_IMAGE" "$DCGM_EXPORTER_IMAGE" "$NPU_EXPORTER_IMAGE")
 base="${1:-}"
 force="${2:-}"
 if [[ -z "$base" || "$base" == -* ]]; then
@@ -38,6 +42,7 @@ if [[ ! -f "$flags_src/engine_flags_trtllm-1.3.0rc17.json" ]]; then
 fi
 key="$( { cd "$here" && find Dockerfile build-image.sh kimi_engine_double shims ../vllm_base ../exporters -type f \
           ! -path '*__pycache__*' ! -name '*.pyc' | LC_ALL=C sort | xargs sha256sum
+        sha256sum < "$chat_format"  # by content, not by this checkout's path
         cd "$flags_src" && sha256sum "${flag_files[@]}"
         echo "$base_id"; } | sha256sum | cut -c1-16)"
 label() { docker image inspect -f '{{index .Config.Labels "kimi.double.content-key"}}' "$1" 2>/dev/null || true; }
@@ -50,6 +55,7 @@ fi
 ctx="$(mktemp -d)"
 trap 'rm -rf "$ctx"' EXIT
 tar -C "$here" --exclude=__pycache__ --exclude='*.pyc' -cf - Dockerfile kimi_engine_double shims | tar -C "$ctx" -xf -
+cp "$chat_format" "$ctx/kimi_engine_double/_chat_format.py"
 mkdir "$ctx/vllm_base"
 tar -C "$here/../vllm_base/site" --exclude=__pycache__ --exclude='*.pyc' -cf - . | tar -C "$ctx/vllm_base" -xf -
 mkdir "$ctx/exporters"
@@ -62,6 +68,7 @@ for pair in "sglang $SGLANG_IMAGE lmsysorg/sglang:v0.5.12.post1-cu130" "vllm $VL
             "trtllm $TRTLLM_IMAGE nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc17" \
             "vllm-ascend $VLLM_ASCEND_IMAGE quay.io/ascend/vllm-ascend:v0.20.2rc1-a3" \
             "sglang-ascend $SGLANG_ASCEND_IMAGE quay.io/ascend/sglang:v0.5.13.post1-cann9.0.0-a3" \
+            "vllm-k3 $VLLM_K3_IMAGE vllm/vllm-openai:v0.33.0" "sglang-k3 $SGLANG_K3_IMAGE lmsysorg/sglang:v0.5.23-cu130" \
             "dcgm-exporter $DCGM_EXPORTER_IMAGE nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04" \
             "npu-exporter $NPU_EXPORTER_IMAGE $ASCENDHUB/npu-exporter:v26.1.0-ubuntu22.04"; do
   read -r target image real <<<"$pair"

@@ -48,7 +48,8 @@ DEFAULT_CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "kimi-fake-h
 _DEFAULT = object()  # sentinel: $KIMI_FAKE_HUB_CACHE or DEFAULT_CACHE_DIR
 LAST_MODIFIED = "2026-04-20T12:00:00.000Z"
 CREATED_AT = "2026-04-20T10:00:00.000Z"
-REPO_KINDS = ("model", "eagle3", "dflash")  # model: the Kimi checkpoint; the others: speculative-decoding drafts
+REPO_KINDS = ("model", "eagle3", "dflash")
+MODEL_TYPES = ("kimi_k25", "kimi_k3")  # a model repo's architecture (RepoSpec.model_type)  # model: the Kimi checkpoint; the others: speculative-decoding drafts
 DRAFT_HIDDEN_SIZE = 7168  # Kimi-K2.6's hidden size, which a draft must match
 DRAFT_VOCAB_SIZE = 163840  # Kimi-K2.6's vocabulary size, idem
 
@@ -100,6 +101,10 @@ class RepoSpec:
     kind: str = "model"  # model (the Kimi checkpoint) | eagle3 | dflash (speculative-decoding drafts)
     hidden_size: int = DRAFT_HIDDEN_SIZE  # drafts only: overrides config.json's value (for mismatch tests)
     vocab_size: int = DRAFT_VOCAB_SIZE  # drafts only: idem
+    # The checkpoint's architecture, as its config.json model_type: kimi_k25 (Kimi-K2.6, Kimi-K2.7-Code) or kimi_k3
+    # (Kimi-K3 and its successors: KimiK3ForConditionalGeneration over a kimi_linear text config). auto: kimi_k3 when
+    # the repo id names Kimi-K3, else kimi_k25.
+    model_type: str = "auto"
 
     def __post_init__(self):
         if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", self.repo_id):
@@ -127,11 +132,19 @@ class RepoSpec:
         object.__setattr__(self, "private", _bool(self.private))
         if self.shards < 1 or self.shards > 99999 or self.shard_size < 1:
             raise ValueError("shards must be 1..99999 and shard_size >= 1")
+        model_type = str(self.model_type).strip().lower()
+        if model_type == "auto":
+            model_type = "kimi_k3" if kind == "model" and "kimi-k3" in self.repo_id.lower() else "kimi_k25"
+        if model_type not in MODEL_TYPES or (kind != "model" and model_type != "kimi_k25"):
+            raise ValueError(f"model_type must be auto|{'|'.join(MODEL_TYPES)} (a model kind only): "
+                             f"{self.model_type!r}")
+        object.__setattr__(self, "model_type", model_type)
         quant = self.quant.lower()
-        if quant == "auto":
-            quant = "nvfp4" if "nvfp4" in self.repo_id.lower() else "w4a8" if "w4a8" in self.repo_id.lower() else "int4"
-        if quant not in ("int4", "nvfp4", "w4a8", "fp8", "bf16"):
-            raise ValueError(f"quant must be auto|int4|nvfp4|w4a8|fp8|bf16: {self.quant!r}")
+        if quant == "auto":  # K3's own checkpoint is MXFP4 (moonshotai/Kimi-K3), K2's INT4
+            quant = "nvfp4" if "nvfp4" in self.repo_id.lower() else "w4a8" if "w4a8" in self.repo_id.lower() else \
+                "mxfp4" if model_type == "kimi_k3" else "int4"
+        if quant not in ("int4", "nvfp4", "w4a8", "fp8", "bf16", "mxfp4"):
+            raise ValueError(f"quant must be auto|int4|nvfp4|w4a8|fp8|bf16|mxfp4: {self.quant!r}")
         object.__setattr__(self, "quant", quant)
 
     @classmethod
@@ -161,6 +174,8 @@ class RepoSpec:
             out["hidden_size"] = self.hidden_size
         if self.vocab_size != DRAFT_VOCAB_SIZE:
             out["vocab_size"] = self.vocab_size
+        if self.model_type != "kimi_k25":
+            out["model_type"] = self.model_type
         return out
 
     @property
@@ -285,7 +300,11 @@ def _dumps(obj) -> bytes:
     return (json.dumps(obj, indent=2) + "\n").encode()
 
 
-def _quant_config(quant: str):
+def _quant_config(quant: str, model_type: str = "kimi_k25"):
+    if quant == "mxfp4":  # Kimi-K3's config.json: MXFP4 routed experts (group 32) through compressed-tensors
+        return {"quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized"}
+    if quant == "nvfp4" and model_type == "kimi_k3":  # RedHatAI/Kimi-K3-NVFP4: LLM Compressor, not ModelOpt
+        return {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"}
     if quant == "int4":
         return {"quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
                 "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": None,
@@ -608,6 +627,38 @@ def _build_draft_files(spec: RepoSpec, pool: memoryview, seed_for) -> list[RepoF
     return _with_common_files(spec, files)
 
 
+def _k3_config() -> dict:
+    """Kimi-K3's config.json (without quantization_config): KimiK3ForConditionalGeneration over a kimi_linear text
+    config, 93 layers of which 24 gated MLA (every fourth and the last two; 1-based ids) and 69 Kimi Delta Attention,
+    896 experts, 16 per token. Values of the published config (HF revision f831ab66), confirmed by vLLM 0.33.0's
+    models/kimi_k3 and transformers_utils/configs/kimi_linear.py (tests/unit/doubles/test_fake_hub_models.py checks
+    them against the model data's geometry)."""
+    layers = 93
+    full = list(range(4, layers, 4)) + [layers]
+    text_config = {
+        "architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear", "hidden_size": 7168,
+        "num_hidden_layers": layers, "first_k_dense_replace": 1, "moe_layer_freq": 1, "vocab_size": 163840,
+        "num_attention_heads": 96, "num_key_value_heads": 96, "q_lora_rank": 1536, "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "mla_use_nope": True,
+        "mla_use_output_gate": True,
+        "linear_attn_config": {"full_attn_layers": full,
+                               "kda_layers": [i for i in range(1, layers + 1) if i not in full],
+                               "num_heads": 96, "head_dim": 128, "short_conv_kernel_size": 4,
+                               "use_full_rank_gate": True, "gate_lower_bound": -5.0},
+        "num_experts": 896, "num_experts_per_token": 16, "num_shared_experts": 2, "moe_intermediate_size": 3072,
+        "routed_expert_hidden_size": 3584, "intermediate_size": 33792, "routed_scaling_factor": 1.0,
+        "moe_router_activation_func": "sigmoid", "topk_method": "noaux_tc", "attn_res_block_size": 12,
+        "hidden_act": "situ", "rms_norm_eps": 1e-5, "max_position_embeddings": 1048576,
+        "num_nextn_predict_layers": 0, "bos_token_id": 163584, "eos_token_id": 163586, "pad_token_id": 163839,
+        "torch_dtype": "bfloat16",
+    }
+    return {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": text_config,
+            "vision_config": {"model_type": "kimi_k3_vision", "patch_size": 14, "vt_hidden_size": 1024,
+                              "vt_num_hidden_layers": 27, "vt_num_attention_heads": 12},
+            "media_placeholder_token_id": 163605, "max_position_embeddings": 1048576, "torch_dtype": "bfloat16",
+            "transformers_version": "4.57.1"}
+
+
 def build_files(spec: RepoSpec, pool: memoryview) -> list[RepoFile]:
     """All files of the repo, in path order. Shards are streamed; everything else is in memory."""
     files: dict[str, RepoFile] = {}
@@ -629,7 +680,7 @@ def build_files(spec: RepoSpec, pool: memoryview) -> list[RepoFile]:
         total_body += body
         files[name] = RepoFile(name, header=header, stream=PRStream(seed_for(name), body, pool))
 
-    quant = _quant_config(spec.quant)
+    quant = _quant_config(spec.quant, spec.model_type)
     text_config = {
         "architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2", "hidden_size": 7168,
         "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
@@ -655,6 +706,9 @@ def build_files(spec: RepoSpec, pool: memoryview) -> list[RepoFile]:
         "transformers_version": "4.57.1",
         "fake_hub": {"generator_version": GENERATOR_VERSION, "spec": spec.canonical()},
     }
+    if spec.model_type == "kimi_k3":
+        config = dict(_k3_config(), fake_hub=config["fake_hub"])
+    context = config.get("max_position_embeddings") or text_config["max_position_embeddings"]
     if quant is not None:
         config["quantization_config"] = quant
     files["config.json"] = RepoFile("config.json", _dumps(config))
@@ -666,12 +720,12 @@ def build_files(spec: RepoSpec, pool: memoryview) -> list[RepoFile]:
             "model.layers.1.mlp.experts.0.gate_proj.weight": "W4A8_DYNAMIC",
             "model.layers.1.self_attn.q_a_proj.weight": "W8A8_DYNAMIC",
             "lm_head.weight": "FLOAT"}))
-    if spec.quant == "nvfp4":
+    if spec.quant == "nvfp4" and quant["quant_method"] == "modelopt":
         files["hf_quant_config.json"] = RepoFile("hf_quant_config.json", _dumps({
             "producer": {"name": "modelopt", "version": "0.37.0"},
             "quantization": {k: v for k, v in quant.items() if k != "quant_method"}}))
     files["generation_config.json"] = RepoFile("generation_config.json", _dumps(
-        {"bos_token_id": 163584, "eos_token_id": 163586, "max_length": 262144, "temperature": 1.0, "top_p": 0.95,
+        {"bos_token_id": 163584, "eos_token_id": 163586, "max_length": context, "temperature": 1.0, "top_p": 0.95,
          "transformers_version": "4.57.1"}))
     files["tokenizer_config.json"] = RepoFile("tokenizer_config.json", _dumps(
         {"added_tokens_decoder": {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
@@ -682,15 +736,19 @@ def build_files(spec: RepoSpec, pool: memoryview) -> list[RepoFile]:
          "auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]},
          "tokenizer_class": "TikTokenTokenizer", "bos_token": "[BOS]", "eos_token": "[EOS]",
          "pad_token": "[PAD]", "unk_token": "[UNK]", "clean_up_tokenization_spaces": False,
-         "model_max_length": 262144, "chat_template": None}))
+         "model_max_length": context, "chat_template": None}))
+    k3 = spec.model_type == "kimi_k3"
     files["preprocessor_config.json"] = RepoFile("preprocessor_config.json", _dumps(
+        {"processor_class": "KimiK3Processor", "patch_size": 14} if k3 else
         {"auto_map": {"AutoProcessor": "kimi_k25_vision_processing.KimiK25VisionProcessor"},
          "processor_class": "KimiK25VisionProcessor", "patch_size": 14}))
-    files["chat_template.jinja"] = RepoFile("chat_template.jinja", (
-        "{%- for message in messages -%}<|im_{{ message['role'] }}|>{{ message['content'] }}<|im_end|>"
-        "{%- endfor -%}{%- if add_generation_prompt -%}<|im_assistant|>{%- endif -%}\n").encode())
+    if not k3:  # K3 ships no Jinja template: vLLM's and SGLang's K3 renderers encode its XTML themselves
+        files["chat_template.jinja"] = RepoFile("chat_template.jinja", (
+            "{%- for message in messages -%}<|im_{{ message['role'] }}|>{{ message['content'] }}<|im_end|>"
+            "{%- endfor -%}{%- if add_generation_prompt -%}<|im_assistant|>{%- endif -%}\n").encode())
     for name, code in _REMOTE_CODE.items():
-        files[name] = RepoFile(name, code.encode())
+        if not (k3 and "k25" in name):  # K3's config, model and processor classes are the engines' own
+            files[name] = RepoFile(name, code.encode())
     files["tiktoken.model"] = RepoFile("tiktoken.model", tiktoken_model(spec.tiktoken_tokens))
     files["model.safetensors.index.json"] = RepoFile("model.safetensors.index.json", _dumps(
         {"metadata": {"total_size": total_body}, "weight_map": weight_map}))
@@ -779,8 +837,10 @@ class Repo:
                     s["lfs"] = {"sha256": f.sha256, "size": f.size, "pointerSize": f.pointer_size}
             siblings.append(s)
         if self.spec.kind == "model":
-            pipeline_tag, tags = "image-text-to-text", ["transformers", "safetensors", "kimi_k25", "fake"]
-            config = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25"}
+            arch = "KimiK3ForConditionalGeneration" if self.spec.model_type == "kimi_k3" else \
+                "KimiK25ForConditionalGeneration"
+            pipeline_tag, tags = "image-text-to-text", ["transformers", "safetensors", self.spec.model_type, "fake"]
+            config = {"architectures": [arch], "model_type": self.spec.model_type}
         else:
             draft = _DRAFTS[self.spec.kind][0]
             pipeline_tag = "text-generation"

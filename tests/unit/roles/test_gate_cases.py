@@ -10,6 +10,7 @@ import yaml
 
 from ansible_collections.kimi.deploy.plugins.module_utils._engines import registry
 from ansible_collections.kimi.deploy.plugins.module_utils._model.deployment import resolve
+from ansible_collections.kimi.deploy.plugins.module_utils._model.models import DEFAULT_MODEL, model
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -50,8 +51,9 @@ def test_every_build_and_release_is_pinned():
 @pytest.mark.parametrize("build, version", sorted(PINNED), ids=["%s-%s" % k for k in sorted(PINNED)])
 def test_the_gate_runs_the_cases_the_releases_parsers_allow(build, version):
     quant, profile, tool, reasoning = PINNED[(build, version)]
-    assert (registry.parser_name(build, version, "tool"), registry.parser_name(build, version, "reasoning")) == (
-        tool, reasoning)
+    names = model(DEFAULT_MODEL)["parsers"][build]  # the parser names are the model's data
+    assert (registry.parser_name(build, version, "tool", names["tool"]),
+            registry.parser_name(build, version, "reasoning", names["reasoning"])) == (tool, reasoning)
     engine = build.split("-")[0]  # the engine a user names; the platform picks the build
     deployment = resolve({"quant": quant, "engine": engine, "engine_version": version, "revisions": {quant: SHA},
                           "allow_unfit": True}, gpus(profile), require_revision=False)

@@ -56,8 +56,9 @@ def test_the_role_defaults_are_its_argument_specs():
     assert set(defaults) <= named
 
 
-def probe_run(tmp_path, url, sample=8):
-    """kimi_probe.py as the timer runs it, from a folder laid out as the role installs it."""
+def probe_run(tmp_path, url, sample=8, model=None):
+    """kimi_probe.py as the timer runs it, from a folder laid out as the role installs it (with the deployment's
+    model.json when `model` is given)."""
     import shutil
     import subprocess
     folder = tmp_path / "probe"
@@ -65,12 +66,17 @@ def probe_run(tmp_path, url, sample=8):
         folder.mkdir()
         shutil.copy(os.path.join(ROLE, "files", "kimi_probe.py"), str(folder))
         shutil.copy(os.path.join(ROOT, "plugins", "module_utils", "_accuracy.py"), str(folder))
+        shutil.copy(os.path.join(ROOT, "plugins", "module_utils", "_chat_format.py"), str(folder))
         (folder / "probes.json").write_text(json.dumps([load("files", "kimi-k26-probes.yml")]))
         (tmp_path / "kimi-k26.env").write_text("QUANT=int4\nFRAMEWORK=sglang\nMODEL_NAME=kimi-k2.6\n")
+    if model:
+        (folder / "model.json").write_text(json.dumps(model))
     done = subprocess.run([sys.executable, str(folder / "kimi_probe.py"), "--url", url, "--env-file",
                            str(tmp_path / "kimi-k26.env"), "--probes", str(folder / "probes.json"), "--sample",
                            str(sample), "--state", str(tmp_path / "state.json"), "--textfile",
-                           str(tmp_path / "kimi_probe.prom")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           str(tmp_path / "kimi_probe.prom")] + (
+                              ["--model-file", str(folder / "model.json")] if model else []),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout
     return done.stdout, (tmp_path / "kimi_probe.prom").read_text()
@@ -96,3 +102,14 @@ def test_the_serving_time_probe_writes_its_series_and_sees_answers_turn_to_garba
     assert json.loads((tmp_path / "state.json").read_text())["offset"] == (first + 8) % len(pool)  # the next slice
     _out, down = probe_run(tmp_path, "http://127.0.0.1:9")
     assert 'kimi_probe_accuracy{identity="int4-sglang"} 0.0' in down and "failures_total{identity=\"int4-sglang\"} 8" in down
+
+
+def test_the_role_installs_the_chat_formats_beside_the_probe_and_its_model():
+    """The probe imports _accuracy.py, which imports _chat_format.py: the role copies both, and writes model.json from
+    the deployment's model (the fields the requests follow) for --model-file."""
+    with open(os.path.join(ROLE, "tasks", "main.yml")) as handle:
+        tasks = handle.read()
+    assert "module_utils/_chat_format.py\", dest: _chat_format.py" in tasks and "/model.json" in tasks
+    with open(os.path.join(ROLE, "templates", "kimi-k26-probe.service.j2")) as handle:
+        assert "'--model-file', kimi_probes_dir ~ '/model.json'" in handle.read()
+    assert "reasoning_efforts" in load("vars", "main.yml")["_kimi_probes_model"]

@@ -28,6 +28,8 @@ ALLOWED_PATHS = [
     ("playbooks/bundle.yml", "playbook_dir ~ '/../roles/*/meta/argument_specs.yml'"),
     # the serving-time probe's scoring code is the collection's module_utils (the gate's own), not a role's
     ("roles/kimi_probes/tasks/main.yml", "{{ role_path }}/../../plugins/module_utils/_accuracy.py"),
+    # ... and the chat formats it imports (the markup it scores)
+    ("roles/kimi_probes/tasks/main.yml", "{{ role_path }}/../../plugins/module_utils/_chat_format.py"),
 ]
 # Playbook-private names (playbooks/vars/site.yml, playbooks/tasks/*): the playbooks' own, whose prefix happens to be a
 # role's (kimi_bundle: the bundle playbook's release loop).

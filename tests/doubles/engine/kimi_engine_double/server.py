@@ -9,6 +9,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from . import answers, disagg, flags, hfcache, kernels, metrics, png, rendezvous, slots, speculative, trtllm
+from .chat_format import cf
 
 READY_LINE = {"sglang": "The server is fired up and ready to roll!", "vllm": "Application startup complete.",
               "trtllm": "Application startup complete."}
@@ -27,16 +28,39 @@ NVFP4_MOE_AUTO = "FLASHINFER_CUTLASS"  # what auto picks on sm_120 (TRTLLM and C
 MARLIN_FP4_WARNING = ("Your GPU does not have native support for FP4 computation but FP4 quantization is being used. "
                       "Weight-only FP4 compression will be used leveraging the Marlin kernel. This may degrade "
                       "performance for compute-heavy workloads.")
-# The parsers that read Kimi-K2.6's output. Any other name the engine accepts (its flag list refuses unknown ones)
-# parses another model's format: Kimi's tool-call tokens and think block are left in the content, as the real engines
-# leave them. SGLang's `auto` picks the parser from the model.
-KIMI_TOOL_PARSERS = {"kimi_k2"}
-KIMI_REASONING_PARSERS = {"kimi", "kimi_k2", "kimi_k25", "deepseek_r1", "deepseek-r1", "qwen3"}  # <think>...</think>
+# Which parsers read which Kimi format, and the markup each writes: the collection's _chat_format.py (chat_format.py
+# loads it). Any other parser name the engine accepts (its flag list refuses unknown ones) reads another model's
+# format: the model's markup is left in the content, as the real engines leave it. SGLang's `auto` picks the parser
+# from the checkpoint.
+# The reasoning parsers that take text without their opening marker as reasoning from its start (the serving layer may
+# feed the opener as the generation prefix): on another format's output, everything ends up in reasoning_content.
+# vLLM 0.33.0 parser/kimi_k2.py (initial_state REASONING when thinking), reasoning/kimi_k3_reasoning_parser.py (a
+# missing open marker: reasoning from offset 0); SGLang 0.5.23 KimiK3Detector (force_reasoning=True).
+STARTS_IN_REASONING = {"vllm": ("kimi_k2", "kimi_k3"), "sglang": ("kimi_k3",)}
 
 
-def reads_kimi(engine, parser, names):
-    """Whether a parser named `parser` on `engine` reads Kimi's output (False without one)."""
-    return bool(parser) and (parser in names or (engine.startswith("sglang") and parser == "auto"))
+def reads(engine, fmt, kind, parser):
+    """Whether a parser named `parser` on `engine` reads format `fmt`'s `kind` (tool, reasoning; False without one)."""
+    return cf.reads(fmt, kind, parser) or (bool(parser) and engine.startswith("sglang") and parser == "auto")
+
+
+# vLLM 0.33.0: the request's reasoning_effort values (renderers/params.py ReasoningEffort), the ones the Kimi K3
+# renderer takes (renderers/kimi_k3.py _K3_THINKING_EFFORTS; "none" turns thinking off) and its refusal of the rest.
+VLLM_REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+K3_EFFORTS = ("low", "high", "max")
+K3_EFFORT_ERROR = "Kimi K3 supports thinking_effort values: low, high, max (parameter=thinking_effort, value=%s)"
+# SGLang 0.5.23 (entrypoints/openai/protocol.py ReasoningEffortTier): other tiers are accepted and, on K3, ignored with
+# a warning (serving_chat.py: "using the encoder default").
+SGLANG_REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "ultra", "max")
+# What each effort adds to the reasoning (the double's stand-in for thinking longer); no effort: the encoder's
+# default, played as high.
+EFFORT_MORE = {"low": "", "high": " Let me check that once more.", "max": " Let me check that once more. "
+               "Then I will look at it from another side before I answer."}
+# vLLM: a named tool choice on K3 needs the XTML structural tag, on unless VLLM_ENFORCE_STRICT_TOOL_CALLING is off
+# (tool_parsers/kimi_k3_tool_parser.py adjust_request).
+K3_NAMED_ERROR = ("Named tool choice for Kimi K3 requires strict tool calling (VLLM_ENFORCE_STRICT_TOOL_CALLING) so "
+                  "the XTML structural tag can force the call. Otherwise use `tool_choice` set to \"auto\", "
+                  "\"required\", or \"none\". (parameter=tool_choice, value=%s)")
 
 
 AUTO_TOOL_ERROR = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
@@ -128,6 +152,21 @@ class EngineDouble:
             problems.append("RuntimeError: Engine core initialization failed. See root cause above. "
                             "[engine double: KIMI_DOUBLE_CRASH=startup]")
         return problems
+
+    def architecture_problem(self, config):
+        """A checkpoint of a format this release cannot parse is an architecture it does not register: the release that
+        brought Kimi-K3's model class brought its kimi_k3 parsers with it (vLLM 0.27.0, SGLang 0.5.23), so a flag list
+        offering no tool parser of the format stands for the model registry lacking the class. The real error, at
+        start-up (vLLM's model registry; SGLang's model loader says the same)."""
+        fmt = cf.checkpoint_format(config)
+        spec = next((o for name, o in (flags.load_flags(self.engine).get("options") or {}).items()
+                     if name in ("--tool-call-parser", "--tool_parser") and isinstance(o, dict)), None)
+        offered = (spec or {}).get("valid_values") or (spec or {}).get("choices") or []
+        if not offered or any(cf.reads(fmt, "tool", name) for name in offered):
+            return None
+        return ("ValueError: Model architectures %s are not supported for now. Supported architectures: "
+                "[... the %s %s registry, without it ...] [engine double: %s has no parser of the %s chat format]" % (
+                    config.get("architectures"), self.engine, flags.version(self.engine), self.engine, fmt))
 
     def quantization_problem(self, config):
         wanted = self.args.get("quantization")
@@ -246,7 +285,7 @@ class EngineDouble:
                                        trust_remote_code=self.args.flag("trust_remote_code"))
         except hfcache.LoadError as e:
             return self.fail(str(e))
-        problem = self.quantization_problem(self.loaded["config"])
+        problem = self.architecture_problem(self.loaded["config"]) or self.quantization_problem(self.loaded["config"])
         if problem:
             return self.fail(problem)
         if self.engine == "trtllm":
@@ -516,7 +555,14 @@ class EngineDouble:
                 c = msg.get("content")
                 last = c if isinstance(c, str) else " ".join(
                     str(p.get("text", "")) for p in c or [] if isinstance(p, dict) and p.get("type") == "text")
-        thinking = (req.get("chat_template_kwargs") or {}).get("thinking", True) is not False
+        fmt = self.chat_format()
+        kwargs = req.get("chat_template_kwargs") or {}
+        thinking = kwargs.get("thinking", kwargs.get("enable_thinking", True)) is not False
+        effort, refused = self.reasoning_effort(req, fmt)
+        if refused:
+            return refused
+        if effort == "none":  # both engines: reasoning_effort none turns thinking off
+            thinking, effort = False, None
         tools = req.get("tools") or []
         choice = req.get("tool_choice", "auto" if tools else "none")
         with self.lock:
@@ -525,16 +571,22 @@ class EngineDouble:
         after = self.env.get("KIMI_DOUBLE_GARBAGE_AFTER", "")
         garbage = after.isdigit() and answered > int(after)
         calls, results = [], answers.tool_results(req["messages"])
+        tool_parser = self.args.get("tool_call_parser") or self.args.get("tool_parser")
+        tools_parsed = False
         if tools and choice != "none" and not results:
-            parser = self.args.get("tool_call_parser") or self.args.get("tool_parser")
             named = isinstance(choice, dict) or choice == "required"  # vLLM: guided decoding, no parser needed
-            if self.engine == "vllm" and not named and not (parser and self.args.flag("enable_auto_tool_choice")):
+            if self.engine == "vllm" and not named and not (tool_parser and self.args.flag("enable_auto_tool_choice")):
                 return self.error(400, AUTO_TOOL_ERROR, "BadRequestError")
-            calls = [self.tool_call(tool, i, garbage) for i, tool in enumerate(answers.choose_tools(tools, last, choice))]
-            parsed = (reads_kimi(self.engine, parser, KIMI_TOOL_PARSERS) or (self.engine == "vllm" and named)) and \
+            if self.engine == "vllm" and fmt == "k3" and isinstance(choice, dict) and reads(
+                    self.engine, fmt, "tool", tool_parser) and self.env.get(
+                    "VLLM_ENFORCE_STRICT_TOOL_CALLING", "True").lower() not in ("true", "1"):
+                return self.error(400, K3_NAMED_ERROR % json.dumps(choice), "BadRequestError", "tool_choice")
+            calls = [self.tool_call(tool, i, garbage, fmt)
+                     for i, tool in enumerate(answers.choose_tools(tools, last, choice))]
+            tools_parsed = (reads(self.engine, fmt, "tool", tool_parser) or (self.engine == "vllm" and named)) and \
                 self.env.get("KIMI_DOUBLE_BROKEN_TOOLS") != "1"
-            if calls and not parsed:  # the model's raw tool-call tokens end up as text, like an engine without a parser
-                answer, calls = _kimi_tool_markup(calls[0]), []
+            if calls and not tools_parsed:  # the model's raw tool-call markup ends up as text, as without a parser
+                answer, calls = cf.tool_markup(fmt, calls), []
             else:
                 answer = "" if calls else answers.direct_answer(last, prompt) or "No tool is needed: %s" % last.strip()
             reasoning = ("The user needs %s; I should call the tool." % ", ".join(c["function"]["name"] for c in calls)
@@ -550,6 +602,8 @@ class EngineDouble:
             answer = known if known is not None else \
                 "Hello from the Kimi-K2.6 engine double (%s). You said: %s" % (self.engine, last.strip()[:200])
             reasoning = "The user wrote a message. I will answer briefly."
+        if fmt == "k3" and reasoning:  # K3 thinks as long as reasoning_effort asks
+            reasoning += EFFORT_MORE[effort or "high"]
         if garbage:
             answer, reasoning = answers.garbage(), answers.garbage() if reasoning else ""
         if not thinking:
@@ -561,13 +615,25 @@ class EngineDouble:
         if isinstance(budget, int) and budget < len(r_words) + len(a_words) + 8 * len(calls):
             r_words, a_words = r_words[:budget], a_words[:max(0, budget - len(r_words))]
             reasoning, answer, calls, finish = " ".join(r_words), " ".join(a_words), [], "length"
-        # no parser, or another model's: the think block stays in content
-        if reasoning and not reads_kimi(self.engine, self.args.get("reasoning_parser"), KIMI_REASONING_PARSERS):
-            answer, reasoning = "<think>%s</think>%s" % (reasoning, answer), ""
-        # a wrong reasoning parser: Kimi-K2.6's template opened the think block, so content has the reasoning and
-        # the closing tag
+        reasoning_parser = self.args.get("reasoning_parser")
+        if reasoning and not reads(self.engine, fmt, "reasoning", reasoning_parser):
+            # no parser, or another model's: the think block stays in the text
+            raw = cf.generated(fmt, reasoning, answer, calls)  # all the model wrote
+            if fmt == "k2":
+                answer, reasoning = "%s%s%s%s" % (cf.K2_THINK_OPEN, reasoning, cf.K2_THINK_CLOSE, answer), ""
+            elif calls and tools_parsed:  # K3's tool parser alone unwraps the response channel; the think one is lost
+                reasoning = ""
+            else:
+                answer, reasoning, calls = raw, "", []
+            if reasoning_parser in STARTS_IN_REASONING.get(self.engine, ()) and thinking:
+                # that parser takes the whole text for reasoning: no close marker of its own ever comes
+                answer, reasoning, calls = "", raw, []
+            if not calls and finish == "tool_calls":
+                finish = "stop"
+        # a wrong reasoning parser: the template opened the think block (K2.6's in the prompt, K3's as the generation
+        # prefix), so content has the reasoning and the closing marker
         if reasoning and self.env.get("KIMI_DOUBLE_THINK_LEAK") == "1":
-            answer, reasoning = "%s</think>%s" % (reasoning, answer), ""
+            answer, reasoning = "%s%s%s" % (reasoning, cf.FORMATS[fmt]["think"][1], answer), ""
         completion = len(r_words) + len(a_words) + 8 * len(calls)
         usage = {"prompt_tokens": len(prompt.split()) + 256 * len(colours), "completion_tokens": completion}
         usage["total_tokens"] = usage["prompt_tokens"] + completion
@@ -585,9 +651,16 @@ class EngineDouble:
         return 200, {"model": model, "reasoning": reasoning, "content": answer, "tool_calls": calls,
                      "finish": finish, "usage": usage}
 
-    def tool_call(self, tool, index, garbage=False):
+    def tool_call(self, tool, index, garbage=False, fmt="k2"):
         """One call of `tool`: its arguments valid, or broken the KIMI_DOUBLE_TOOL_ERROR_RATE share of the time, or
-        not JSON once the answers are garbage."""
+        not JSON once the answers are garbage. Its id: K2's native functions.NAME:N, else the engine's own (vLLM
+        make_tool_call_id's random one; SGLang's call_ + hex), as K3's parsers leave the id to the engine."""
+        call = self._tool_call(tool, index, garbage)
+        if fmt != "k2":
+            call["id"] = ("chatcmpl-tool-" if self.engine == "vllm" else "call_") + uuid.uuid4().hex[:24]
+        return call
+
+    def _tool_call(self, tool, index, garbage):
         if garbage:
             return answers.tool_call(tool, index, arguments="{{{ the the")
         rate = float(self.env.get("KIMI_DOUBLE_TOOL_ERROR_RATE") or 0)
@@ -598,6 +671,36 @@ class EngineDouble:
             schema = dict(((tool.get("function") or {}).get("parameters") or {}), type="object")
             return answers.tool_call(tool, index, answers.broken_arguments(schema, int(turn * rate)))
         return answers.tool_call(tool, index)
+
+    def chat_format(self):
+        """The format the served checkpoint writes (its config.json: K3's model_type kimi_k3, else K2's)."""
+        return cf.checkpoint_format(((self.loaded or {}).get("config")))
+
+    def reasoning_effort(self, req, fmt):
+        """(effort, None) or (None, an error answer): reasoning_effort as the engine takes it for this format. K2's
+        templates ignore it; K3's renderer maps low/high/max to its thinking effort and none to no thinking."""
+        effort = req.get("reasoning_effort")
+        if effort is None or fmt != "k3":
+            return None, None
+        if self.engine == "vllm":
+            if effort not in VLLM_REASONING_EFFORTS:  # the request model's Literal: FastAPI's validation answer
+                allowed = ", ".join("'%s'" % e for e in VLLM_REASONING_EFFORTS[:-1]) + " or 'max'"
+                message = ("1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'reasoning_effort'), "
+                           "'msg': \"Input should be %s\", 'input': %r, 'ctx': {'expected': \"%s\"}}"
+                           % (allowed, effort, allowed))
+                return None, self.error(400, message, "Bad Request", "body.reasoning_effort")
+            if effort != "none" and effort not in K3_EFFORTS:
+                return None, self.error(400, K3_EFFORT_ERROR % effort, "BadRequestError", "thinking_effort")
+            return effort, None
+        if self.engine.startswith("sglang"):
+            if isinstance(effort, bool) or not (effort in SGLANG_REASONING_EFFORTS or isinstance(effort, (int, float))):
+                return None, self.error(400, "1 validation error for ChatCompletionRequest\nreasoning_effort: invalid "
+                                        "value %r" % (effort,), "BadRequestError")
+            if effort != "none" and effort not in K3_EFFORTS:
+                self.log("Kimi K3 does not support reasoning_effort=%r; using the encoder default." % (effort,),
+                         "serving_chat.py", level="WARNING")
+                return None, None
+        return effort, None
 
     def completion_body(self, plan):
         message = {"role": "assistant", "content": plan["content"] or (None if plan["tool_calls"] else "")}
@@ -673,11 +776,6 @@ def _image_colour(url):
         return png.dominant_colour(base64.b64decode(payload, validate=False))
     except Exception as e:  # any decode problem is a 400, like PIL's "cannot identify image file"
         raise ValueError("cannot identify image file (%s)" % e)
-
-
-def _kimi_tool_markup(call):
-    return ("<|tool_calls_section_begin|><|tool_call_begin|>%s<|tool_call_argument_begin|>%s"
-            "<|tool_call_end|><|tool_calls_section_end|>" % (call["id"], call["function"]["arguments"]))
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -227,3 +227,128 @@ def test_an_engine_without_kimi_parsers_is_asked_what_it_can_answer():
     assert acc.score(multiply, acc.read_answer(inline))["problems"] == ["reasoning leak: a think tag in content"]
     left = acc.applicable(acc.load(shipped()), tool_calls=False)
     assert left and set(c["category"] for c in left) == {"deterministic", "needle"}
+
+
+# ---- every model, in its own chat format ------------------------------------------------------------------------
+sys.path.insert(0, os.path.join(ROOT, "tests", "doubles", "hub"))
+import fake_hub  # noqa: E402
+from kimi_engine_double import flags as double_flags  # noqa: E402
+from ansible_collections.kimi.deploy.plugins.module_utils._model.models import (  # noqa: E402
+    MODEL_NAMES, model as model_entry)
+
+# The first release of each engine that serves every model (K3: vLLM 0.27.0+, SGLang 0.5.23; models.py engines).
+K3_VERSIONS = {"vllm": "0.33.0", "sglang": "0.5.23"}
+# A checkpoint of each architecture, as the fake hub writes it (K3.1-Pro is K3's architecture; its repo is unknown).
+CHECKPOINTS = {"kimi_k25": "moonshotai/Kimi-K2.7-Code:shards=1,shard_size=4096",
+               "kimi_k3": "moonshotai/Kimi-K3:shards=1,shard_size=4096"}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    return dict((arch, fake_hub.write_repo(spec, str(tmp_path_factory.mktemp(arch))))
+                for arch, spec in CHECKPOINTS.items())
+
+
+@pytest.fixture
+def served(monkeypatch, folders):
+    """Start a double serving `name`'s checkpoint on `engine` with the given parsers (default: the model's own)."""
+    started = []
+
+    def _start(name, engine, tool=None, reasoning=None):
+        entry = dict(model_entry(name), name=name)
+        parsers = entry["parsers"][engine]
+        tool, reasoning = tool or parsers["tool"][0], reasoning or parsers["reasoning"][0]
+        monkeypatch.setenv(double_flags.VERSION_ENV, K3_VERSIONS[engine])
+        folder = folders["kimi_k3" if entry["chat_format"] == "k3" else "kimi_k25"]
+        line = ([folder, "--tensor-parallel-size", "8", "--enable-auto-tool-choice"] if engine == "vllm" else
+                ["--model-path", folder, "--tp-size", "8"]) + [
+            "--trust-remote-code", "--host", "127.0.0.1", "--port", "0", "--served-model-name", name,
+            "--tool-call-parser", tool, "--reasoning-parser", reasoning]
+        double = test_engine_double.Running(engine, line, {})
+        started.append(double)
+        return double, entry
+    yield _start
+    for double in started:
+        double.close()
+
+
+def gate(double, entry, **knobs):
+    double.double.env.update(knobs)
+    cases = acc.applicable(acc.load(shipped()), model=entry)
+    outcomes, _seconds = acc.run(cases, "http://127.0.0.1:%d" % double.double.port, entry["name"], workers=8,
+                                 context_length=4096)
+    return cases, acc.figures(outcomes)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_the_gate_passes_every_model_on_a_double_with_its_parsers(served, engine, name):
+    """Each model asked in its own format (K3: reasoning_effort low/high/max in turn, never thinking off;
+    tool_choice required) against a double of its checkpoint with the parsers its entry names: every case passes."""
+    cases, got = gate(*served(name, engine))
+    assert got["failed_cases"] == 0, got["failing"]
+    assert (got["schema_accuracy"], got["choice_accuracy"], got["reasoning_leaks"], got["answer_failures"]) == (
+        100.0, 100.0, 0, 0)
+    entry = model_entry(name)
+    assert any(c["tool_choice"] == "required" for c in cases)
+    if entry["thinking"] == "always":
+        assert all(c["thinking"] for c in cases)
+    assert set(c["reasoning_effort"] for c in cases if c["thinking"]) == set(entry["reasoning_efforts"] or [None])
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_the_gate_fails_a_k3_double_started_with_k2s_parsers(served, engine, name="kimi-k3"):
+    """The safety removed: K3 served with kimi_k2 parsers. The K2 parsers do not know K3's tokens, so no tool call is
+    parsed and the answers are not where a client reads them (SGLang: K3's markup in content, counted as leaks;
+    vLLM 0.33.0: all of it in reasoning_content)."""
+    _cases, got = gate(*served(name, engine, tool="kimi_k2", reasoning="kimi_k2"))
+    thresholds = {"min_schema_accuracy": 98, "min_choice_accuracy": 95, "max_reasoning_leaks": 0,
+                  "max_answer_failures": 0}
+    reasons = acc.judge(got, thresholds)
+    assert got["choice_accuracy"] < 95 and got["answer_failures"] > 10
+    assert any(r.startswith("choice accuracy") for r in reasons)
+    if engine == "sglang":
+        assert got["reasoning_leaks"] > 10 and "reasoning leak: a think tag in content" in " ".join(got["failing"])
+
+
+def test_a_k2_double_with_k3s_parsers_fails_the_gate_too(served):
+    _cases, got = gate(*served("kimi-k2.7-code", "vllm", tool="kimi_k3", reasoning="kimi_k3"))
+    assert got["choice_accuracy"] < 95 and got["answer_failures"] > 10
+
+
+def test_the_requests_follow_the_model():
+    """K2.6: thinking on and off, no reasoning_effort; a model that always thinks: never thinking off (its nothink
+    variants become think ones, asked once); K3: its efforts in turn; a case's tool_choice required is sent."""
+    cases = acc.load(shipped())
+    k26 = acc.applicable(cases, model=dict(model_entry("kimi-k2.6"), name="kimi-k2.6"))
+    assert k26 == acc.applicable(cases) and {c["thinking"] for c in k26} == {True, False}
+    assert all("reasoning_effort" not in acc.request_body(c, "m") for c in k26)
+    k3 = acc.applicable(cases, model=dict(model_entry("kimi-k3"), name="kimi-k3"))
+    assert all(c["thinking"] for c in k3) and len(set(c["id"] for c in k3)) == len(k3) < len(k26)
+    bodies = [acc.request_body(c, "kimi-k3") for c in k3]
+    assert {b.get("reasoning_effort") for b in bodies} == {"low", "high", "max"}
+    assert all(b["chat_template_kwargs"] == {"thinking": True} for b in bodies)
+    forced = next(b for c, b in zip(k3, bodies) if c["case"] == "required-forced-choice")
+    assert forced["tool_choice"] == "required"
+
+
+def test_k3_markup_in_content_is_a_leak_and_a_deployment_without_a_parser_reads_k3s_answer():
+    multiply = next(c for c in acc.load(shipped()) if c["case"] == "deterministic-multiply")
+    raw = "<|open|>think<|sep|>17 times 23<|close|>think<|sep|><|open|>response<|sep|>391<|close|>response<|sep|>"
+    answer = acc.read_answer({"choices": [{"finish_reason": "stop", "message": {"content": raw}}]})
+    assert acc.score(multiply, answer)["problems"][0] == "reasoning leak: a think tag in content"
+    assert acc.score(multiply, answer, reasoning_split=False)["ok"]
+    tools = {"choices": [{"finish_reason": "stop", "message": {"content": "<|open|>tools<|sep|>..."}}]}
+    assert acc.score(multiply, acc.read_answer(tools))["problems"][0].startswith(
+        "reasoning leak: chat-format markup in content (<|open|>)")
+
+
+@pytest.mark.parametrize("doc_case, words", [
+    ({"tool_choice": "none", "tools": ["t"], "expect": {"tools": ["t"]}}, "tool_choice is one of auto, required"),
+    ({"tool_choice": "required", "tools": ["t"], "expect": {"tools": []}}, "required: with tools offered and expected"),
+])
+def test_a_case_tool_choice_is_auto_or_a_forced_call(doc_case, words):
+    doc = {"version": 1, "tools": {"t": {"parameters": {"type": "object"}}},
+           "cases": [dict({"id": "a", "category": "required", "source": "s", "prompt": "x"}, **doc_case)]}
+    with pytest.raises(acc.ProbeError, match=words):
+        acc.load(doc)

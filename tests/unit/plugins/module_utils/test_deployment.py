@@ -8,11 +8,13 @@ import pytest
 from ansible_collections.kimi.deploy.plugins.module_utils._model import deployment as dm
 from ansible_collections.kimi.deploy.plugins.module_utils._engines import registry as eng
 from ansible_collections.kimi.deploy.plugins.module_utils._model import fit as fitm
+from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints import CHECKPOINTS
 from ansible_collections.kimi.deploy.plugins.module_utils._model.gpu import summarize_gpus
 
 # (quant, engine) -> KV menu, of the engines this collection serves on NVIDIA through vLLM and SGLang's default versions
+# Kimi-K2.6's identities (the default model); another model's quants (mxfp4: Kimi-K3) are test_models.py's.
 KV_MENUS = dict(((q, e), spec["quants"][q]["kv_menu"]) for e, spec in eng.ENGINES.items() for q in spec["quants"]
-                if e in ("sglang", "vllm"))
+                if e in ("sglang", "vllm") and q in CHECKPOINTS)
 MOE_BACKENDS = eng.ENGINES["vllm"]["quants"]["nvfp4"]["moe_backends"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
@@ -487,7 +489,9 @@ def test_the_fit_describes_the_chosen_checkpoint():
 def test_hardware_shape():
     hardware = resolve(RTX8)["hardware"]
     assert set(hardware) == {"gpu_count", "platform", "models", "arch", "sm", "vram_total_mib", "vram_min_mib",
-                             "kv_tokens_estimate", "fits", "fit_reason", "recommended", "replica_advice"}
+                             "kv_tokens_estimate", "fits", "fit_reason", "recommended", "replica_advice",
+                             "sequences_estimate", "state_bytes_per_seq"}
+    assert (hardware["sequences_estimate"], hardware["state_bytes_per_seq"]) == (None, 0)  # K2.6 has no state
     assert hardware["replica_advice"] is None  # it fits alone
     assert (hardware["vram_total_mib"], hardware["vram_min_mib"], hardware["fits"]) == (8 * 97887, 97887, True)
     assert hardware["kv_tokens_estimate"] == fitm.kv_capacity_tokens("int4", "sglang", "fp8_e4m3", 0.85, 97887, 8)

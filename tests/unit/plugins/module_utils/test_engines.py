@@ -17,7 +17,7 @@ TRTLLM = eng.ENGINES["trtllm"]["default_version"]
 
 
 def resolve(gpu_list=None, **inputs):
-    inputs.setdefault("revisions", {"int4": SHA, "nvfp4": SHA, "w4a8": SHA})
+    inputs.setdefault("revisions", {"int4": SHA, "nvfp4": SHA, "w4a8": SHA, "mxfp4": SHA})
     return dm.resolve(inputs, gpu_list)
 
 
@@ -64,7 +64,8 @@ RELEASE_ROWS = [(e, v, q) for e, spec in sorted(eng.ENGINES.items()) for v in so
 def test_every_release_renders_an_argv_its_own_parser_takes(engine, version, quant):
     spec = eng.ENGINES[engine]
     hardware = B200x8 if engine == "trtllm" else A3x16 if spec["platform"] == "ascend" else RTX8
-    dep = resolve(hardware, quant=quant, engine=spec["name"], engine_version=version)
+    model = "kimi-k3" if quant == "mxfp4" else None  # the one model whose checkpoint it is
+    dep = resolve(hardware, quant=quant, engine=spec["name"], engine_version=version, model=model)
     assert (dep["engine_build"], dep["engine_version"]) == (engine, version)
     entry = dep["command"][:len(spec["entrypoint"])]
     assert entry == list(spec["entrypoint"])

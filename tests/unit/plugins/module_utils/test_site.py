@@ -23,7 +23,7 @@ def test_a_host_alone_is_a_replica_of_one_with_the_defaults():
     get = getter({"gpu1": {"quant": "int4", "kimi_int4_revision": SHA}})
     inputs = site_inputs(get, "gpu1", ["gpu1"])
     assert inputs["quant"] == "int4" and inputs["engine"] == "auto" and inputs["extra_args"] == []
-    assert inputs["revisions"] == {"int4": SHA, "nvfp4": None, "w4a8": None}
+    assert inputs["revisions"] == {"int4": SHA, "nvfp4": None, "w4a8": None, "mxfp4": None}
     assert "nodes" not in inputs and "pd" not in inputs
     assert _site.replica_members(get, "gpu1", ["gpu1"]) == ["gpu1"] and _site.pd_members(get, "gpu1", ["gpu1"]) == []
 

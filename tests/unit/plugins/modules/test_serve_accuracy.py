@@ -86,3 +86,25 @@ def test_check_mode_asks_nothing_and_a_bad_probe_file_is_refused(tmp_path):
     out = run_module(MODULE, {"probes": [{"version": 1, "cases": [{"id": "x", "category": "poetry", "prompt": "p"}]}],
                               "identity": "int4-sglang", "result_dir": str(tmp_path)})
     assert out["failed"] and out["msg"].startswith("the probes are refused: probe file 1: case x: category 'poetry'")
+
+
+def test_the_a_b_compares_like_with_like_the_same_model_s_requests(tmp_path):
+    """A result stored for the identity replaced counts only when taken on the same probes and the same model's
+    requests: Kimi-K2.6's (the default, as before models were data) compares with it, Kimi-K3's (other requests:
+    always thinking, reasoning efforts) does not."""
+    import hashlib
+    sys.path.insert(0, os.path.join(ROOT, ".collections"))
+    from ansible_collections.kimi.deploy.plugins.module_utils._model.models import model as entry
+    probes = [yaml.safe_load(open(PROBES))]
+    digest = hashlib.sha256(json.dumps(probes, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+    (tmp_path / "accuracy").mkdir()
+    (tmp_path / "accuracy" / "int4-sglang.json").write_text(json.dumps(
+        {"identity": "int4-sglang", "probes_digest": digest, "schema_accuracy": 100.0, "choice_accuracy": 100.0}))
+    (tmp_path / "previous.env").write_text("QUANT=int4\nFRAMEWORK=sglang\n")
+    base = {"url": "http://127.0.0.1:9", "probes": probes, "identity": "int4-vllm",
+            "result_dir": str(tmp_path / "accuracy"), "previous_env_file": str(tmp_path / "previous.env")}
+    for name, compared in (("kimi-k2.6", True), ("kimi-k3", False)):
+        model = dict((k, v) for k, v in entry(name).items() if k in ("chat_format", "thinking", "reasoning_efforts"))
+        out = run_module(MODULE, dict(base, model=dict(model, name=name)), check_mode=True)
+        assert not out.get("failed") and (out["before"] is not None) == compared, (name, out)
+    assert run_module(MODULE, base, check_mode=True)["before"]["identity"] == "int4-sglang"
