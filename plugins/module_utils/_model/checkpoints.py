@@ -10,7 +10,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+# pylint: disable=unused-import
 from ansible_collections.kimi.deploy.plugins.module_utils._common import GB, GIB, MIB  # noqa: F401 (re-exported)
+# pylint: enable=unused-import
 
 CHECKPOINTS = {
     "int4": {
