@@ -47,7 +47,7 @@ description:
   - E(KIMI_INLINE_TASKS=0) forks a worker for every task, as C(linear) does.
   - It uses ansible-core internals and is tested with the ansible-core minor in meta/runtime.yml only. ansible-core
     2.21 prints a deprecation for every strategy outside ansible.builtin.
-author: kimi.deploy contributors
+author: kimi.deploy maintainers (@kimi-deploy)
 """
 
 import contextvars

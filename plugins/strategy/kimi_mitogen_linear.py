@@ -36,7 +36,7 @@ description:
   - Needs the C(mitogen) package in the controller's Python (requirements-demo.txt pins it).
   - It uses ansible-core and Mitogen internals and is tested with the ansible-core minor in meta/runtime.yml and the
     pinned Mitogen only.
-author: kimi.deploy contributors
+author: kimi.deploy maintainers (@kimi-deploy)
 requirements:
   - mitogen
 """
@@ -46,19 +46,20 @@ import importlib.util
 import ansible.collections.list
 from ansible.errors import AnsibleError
 
+from ansible_collections.kimi.deploy.plugins.strategy import kimi_linear
+
 try:
     import ansible_mitogen.loaders
     import ansible_mitogen.module_finder
     import ansible_mitogen.planner
     import ansible_mitogen.strategy
     import mitogen.imports
-except ImportError as exc:  # documented requirement; said when the strategy is chosen, not when docs are read
-    raise AnsibleError("kimi.deploy.kimi_mitogen_linear needs the mitogen package (pip install mitogen==0.3.54): %s"
-                       % exc) from exc
+    MITOGEN_IMPORT_ERROR = None
+except ImportError as exc:  # a documented requirement: said when the strategy is chosen, not when it is listed
+    MITOGEN_IMPORT_ERROR = str(exc)
 
-from ansible_collections.kimi.deploy.plugins.strategy import kimi_linear
-
-_mitogen_scan = ansible_mitogen.module_finder.scan
+# Mitogen's own scan, replaced below by one that adds the collection's imports.
+_mitogen_scan = None
 
 
 def _collection_imports(code):
@@ -96,8 +97,6 @@ def scan(module_name, module_path, search_path):
     return sorted(result)
 
 
-setattr(ansible_mitogen.module_finder, "scan", scan)
-
 _collection_dirs = None
 
 
@@ -114,15 +113,23 @@ def _load_collections(invocation):
     invocation._extra_sys_paths.update(collection_dirs())
 
 
-setattr(ansible_mitogen.planner, "_load_collections", _load_collections)
+if MITOGEN_IMPORT_ERROR is None:
+    _mitogen_scan = ansible_mitogen.module_finder.scan
+    setattr(ansible_mitogen.module_finder, "scan", scan)
+    setattr(ansible_mitogen.planner, "_load_collections", _load_collections)
+    Base = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
 
-Base = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
+    class StrategyModule(kimi_linear.ControllerSpeedups, ansible_mitogen.strategy.StrategyMixin, Base):
+        def run(self, iterator, play_context, *args, **kwargs):
+            try:
+                collection_dirs()
+            except Exception:  # pylint: disable=broad-except  # left to each worker, as without this
+                pass
+            return super(StrategyModule, self).run(iterator, play_context, *args, **kwargs)
 
+else:
 
-class StrategyModule(kimi_linear.ControllerSpeedups, ansible_mitogen.strategy.StrategyMixin, Base):
-    def run(self, iterator, play_context, *args, **kwargs):
-        try:
-            collection_dirs()
-        except Exception:  # pylint: disable=broad-except  # left to each worker, as without this
-            pass
-        return super(StrategyModule, self).run(iterator, play_context, *args, **kwargs)
+    class StrategyModule(kimi_linear.StrategyModule):
+        def __init__(self, *args, **kwargs):  # pylint: disable=super-init-not-called
+            raise AnsibleError("kimi.deploy.kimi_mitogen_linear needs the mitogen package (pip install "
+                               "mitogen==0.3.54): %s" % MITOGEN_IMPORT_ERROR)

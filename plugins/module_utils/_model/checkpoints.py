@@ -12,10 +12,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+# pylint: disable=unused-import
 from ansible_collections.kimi.deploy.plugins.module_utils._common import GB, GIB, MIB  # noqa: F401 (re-exported)
 from ansible_collections.kimi.deploy.plugins.module_utils._model.models import DEFAULT_MODEL, model
 from ansible_collections.kimi.deploy.plugins.module_utils._model.memory import (  # noqa: F401 (re-exported)
     KV_ELEMENT, kv_bytes_per_token)
+# pylint: enable=unused-import
 
 _K26 = model(DEFAULT_MODEL)
 CHECKPOINTS = _K26["checkpoints"]

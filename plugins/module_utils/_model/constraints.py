@@ -21,8 +21,10 @@ import math
 import os
 import re
 
+# pylint: disable=unused-import
 from ansible_collections.kimi.deploy.plugins.module_utils._common import (  # noqa: F401 (re-exported)
     CONTROL_RE, MAX_TEXT, DeploymentError, control_name, refuse, refuse_control as check_no_control)
+# pylint: enable=unused-import
 
 # Ansible's boolean spellings (ansible.module_utils.parsing.convert_bool), as -e and the inventory give them.
 TRUE = ("y", "yes", "on", "1", "true", "t")

@@ -37,12 +37,14 @@ from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry impo
     select_version)
 from ansible_collections.kimi.deploy.plugins.module_utils._engines.registry import options as eng_options
 from ansible_collections.kimi.deploy.plugins.module_utils._model import cost, kv_offload, loader
+# pylint: disable=unused-import
 from ansible_collections.kimi.deploy.plugins.module_utils._model.checks import (  # noqa: F401 (re-exported)
     DEFAULT_DIST_PORT, DEFAULT_HOST, DEFAULT_PORT, HOST_RE, IMAGE_RE, KV_NOTES, VERIFY_CHECKS, VERSION_RE,
     WILDCARD_HOSTS,
     capabilities, check_family, check_identity, check_inputs, check_kv, check_mem, check_model, check_model_build,
     check_moe, check_platform, check_replica, context_length, model_version, pick_identity, pinned_revision,
     ranks_layouts, served_model_name)
+# pylint: enable=unused-import
 from ansible_collections.kimi.deploy.plugins.module_utils._model.kernel_cache import entry as kernel_cache_entry
 from ansible_collections.kimi.deploy.plugins.module_utils._model.fit import (
     MIN_KV_TOKENS, fit, replica_advice, replica_layout)

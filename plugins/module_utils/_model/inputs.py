@@ -13,8 +13,10 @@ __metaclass__ = type
 
 # The model's modules and the filters take the error, the refusal and the control-character rule from here; they are
 # _common's, which the engine data uses too (it never imports the model).
+# pylint: disable=unused-import
 from ansible_collections.kimi.deploy.plugins.module_utils._common import (  # noqa: F401 (re-exported)
     CONTROL_RE, DeploymentError, check_no_control, control_name, fail, fmt, full_match, name_variables, text, var)
+# pylint: enable=unused-import
 from ansible_collections.kimi.deploy.plugins.module_utils._model.site_inputs import INPUTS
 
 # Variable names users set (inventory or -e), by field, from the one table of site inputs; errors name both. The

@@ -118,6 +118,7 @@ def test_kimi_serve_fetches_kernel_caches_from_the_peers_kimi_weights_publishes(
         "{{ kimi_serve_kernel_cache_peers.peers }}", "{{ kimi_serve_kernel_cache_peers.key }}",
         "{{ kimi_serve_kernel_cache_peers.ca_file }}")
     assert fetch["when"] == "kimi_serve_kernel_cache_peers.peers | default([]) | length > 0"
-    for folder, _dirs, files in os.walk(serve):
+    for folder, dirs, files in os.walk(serve):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]  # other tests import the role's Python files
         for name in files:
             assert not re.search(r"\b_{1,2}kimi_weights_", read(folder, name)), name  # none of its private names

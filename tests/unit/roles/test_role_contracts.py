@@ -76,14 +76,11 @@ def _var_keys(node):
     if isinstance(node, dict):
         for key, value in node.items():
             if key == "vars" and isinstance(value, dict) or key in SET_FACT and isinstance(value, dict):
-                for name in value:
-                    yield name
-            for name in _var_keys(value):
-                yield name
+                yield from value
+            yield from _var_keys(value)
     elif isinstance(node, list):
         for item in node:
-            for name in _var_keys(item):
-                yield name
+            yield from _var_keys(item)
 
 
 def foreign_vars(path, text):
@@ -279,6 +276,6 @@ def test_host_paths_and_proxy_from_the_table():
     paths = _host_values.host_paths({"caddy_proxy_drain_file": "/run/drain", "_caddy_proxy_internal_root": "/x"})
     assert paths["drain_file"] == "/run/drain"
     assert paths["ca_root"] == _host_values.HOST_PATHS["ca_root"][2]  # a constant: no host sets it
-    assert _host_values.proxy("gpu-01", None, 443) == {"address": "gpu-01", "https_port": 443,
-                                                        "url": "https://gpu-01:443"}
+    assert _host_values.proxy("gpu-01", None, 443) == {
+        "address": "gpu-01", "https_port": 443, "url": "https://gpu-01:443"}
     assert json.dumps(_host_values.proxy("gpu-01", "api.example", 8443))
