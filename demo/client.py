@@ -4,8 +4,9 @@ through Caddy over TLS. Standard library only.
 
     python3 demo/client.py --endpoint https://localhost:8443/v1 --api-key-file .demo/client-key --ca .demo/ca.crt
 
-Asks for the model list, a chat completion, a tool call and a vision answer with the client key, then the model list
-without a key (it must be refused with 401). Prints one line per request; exits 1 when any of them is wrong.
+Asks for the model list, a chat completion (its reasoning must come back apart from the answer: reasoning_content,
+not think markup in content), a tool call and a vision answer with the client key, then the model list without a key
+(it must be refused with 401). Prints one line per request; exits 1 when any of them is wrong.
 The key is read from its file and sent in a header: it is never printed and never in a process's arguments.
 """
 import argparse
@@ -27,6 +28,11 @@ def png(width, height, rgb):
     rows = b"".join(b"\x00" + bytes(rgb) * width for _row in range(height))
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
             + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+# Think markup that must never reach content once the engine splits the reasoning out (Kimi K2's and K3's formats:
+# plugins/module_utils/_chat_format.py).
+THINK_MARKUP = ("<think>", "</think>", "<|open|>think<|sep|>", "<|close|>think<|sep|>")
 
 
 class Client:
@@ -62,6 +68,9 @@ def main():
     ap.add_argument("--api-key-file", required=True, help="a file holding one client key")
     ap.add_argument("--ca", help="the CA certificate to trust (Caddy's internal root)")
     ap.add_argument("--model", default="kimi-k2.6")
+    ap.add_argument("--no-reasoning-split", dest="reasoning_split", action="store_false",
+                    help="the deployment has no Kimi reasoning parser: report where the thinking is, do not require it "
+                         "in reasoning_content")
     args = ap.parse_args()
     with open(args.api_key_file) as f:
         key = f.read().strip()
@@ -84,10 +93,23 @@ def main():
         "model": args.model, "max_tokens": 200,
         "messages": [{"role": "user", "content": "Say hello to the demo in one sentence."}]})
     message = body["choices"][0]["message"] if status == 200 else {}
-    check("completion", status == 200 and bool(message.get("content")),
-          "HTTP %d in %.0f ms: %s" % (status, took * 1000, message.get("content") or body))
-    if message.get("reasoning_content"):
-        print("%-12s %s" % ("reasoning:", message["reasoning_content"]))
+    content = message.get("content") or ""
+    check("completion", status == 200 and bool(content.strip()),
+          "HTTP %d in %.0f ms: %s" % (status, took * 1000, content or body))
+    # The reasoning split: the engine's reasoning parser puts the thinking in reasoning_content (vLLM also: reasoning)
+    # and only the answer in content, with no think markup left in it (K2's <think>, K3's <|open|>think<|sep|>).
+    # --no-reasoning-split: a deployment without a Kimi reasoning parser (its plan warns that the thinking comes back
+    # inside content): what clients see is reported, not failed.
+    reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+    leaked = [m for m in THINK_MARKUP if m in content]
+    if not args.reasoning_split:
+        print("%-12s %s" % ("reasoning:", "not split (the deployment has no Kimi reasoning parser): %s" % (
+            "inside content (%s)" % ", ".join(leaked) if leaked else reasoning.strip() or "none")))
+    else:
+        check("reasoning", status == 200 and bool(reasoning.strip()) and not leaked,
+              "%s (apart from the answer)" % reasoning.strip() if reasoning.strip() and not leaked else
+              "the thinking is %s, not in reasoning_content" % (
+                  "inside content (%s)" % ", ".join(leaked) if leaked else "missing"))
 
     weather = {"type": "function", "function": {
         "name": "get_weather", "description": "Current weather in a city",

@@ -10,8 +10,9 @@
 #
 # Environment: GPUS (a GPU profile of tests/fixtures/gpus, default rtx-pro-6000-x8: the GPUs on the host's PCI bus;
 # another one swaps them on a running host), SPEC (kimi_speculative: eagle3, dflash or ngram; unset serves without
-# speculative decoding), MODEL (kimi_model: kimi-k2.6, the default, kimi-k2.7-code, kimi-k3), KIMI_DEMO_DIR (default .demo: the client key, the CA, the logs, molecule's
-# state),
+# speculative decoding), MODEL (kimi_model: kimi-k2.6, the default, kimi-k2.7-code, kimi-k3; unset QUANT and ENGINE:
+# int4 on SGLang, Kimi-K3's mxfp4 on SGLang), KIMI_DEMO_DIR (default .demo: the client key, the CA, the logs,
+# molecule's state, deployment.json: what the client can expect of the deployment),
 # KIMI_DEMO_INSTANCE (default kimi-demo), KIMI_DEMO_PORT (default 8443, on 127.0.0.1), KIMI_DEMO_ARGS (more
 # ansible-playbook arguments, split on spaces, e.g. "--tags serve" or "-v"; make demo ARGS=...).
 set -euo pipefail
@@ -55,9 +56,14 @@ identity() {  # identity [QUANT ENGINE]: sets quant, engine and gpus for up and 
 	# else those the host has now, else the reference host's 8 x RTX PRO 6000.
 	if [ -f "$KIMI_DEMO_DIR/identity" ]; then
 		read -r _q _e gpus_now <"$KIMI_DEMO_DIR/identity" || true
-		if [ -z "$quant$engine" ]; then quant=$_q engine=$_e; fi
+		# Another model (MODEL=) starts from its own reference pick below, not from what the other model serves.
+		if [ -z "$quant$engine${MODEL:-}" ]; then quant=$_q engine=$_e; fi
 	fi
-	if [ -z "$quant$engine" ]; then quant=int4 engine=sglang; fi
+	# The model's reference pick: int4 is the K2 family's checkpoint; Kimi-K3's is mxfp4, on SGLang (its cookbook's
+	# B300 1x8 TP8). Not auto: before the host stage installs the driver, the GPUs cannot be read to recommend one.
+	if [ -z "$quant$engine" ]; then
+		case ${MODEL:-kimi-k2.6} in kimi-k3*) quant=mxfp4 engine=sglang ;; *) quant=int4 engine=sglang ;; esac
+	fi
 	quant=${quant:-auto} engine=${engine:-auto}  # one given: the other is recommended from the GPUs
 	gpus=${gpus:-${gpus_now:-rtx-pro-6000-x8}}
 	[ -f "tests/fixtures/gpus/$gpus.json" ] || { say "GPUS=$gpus is not a GPU profile: $(cd tests/fixtures/gpus &&
@@ -65,7 +71,7 @@ identity() {  # identity [QUANT ENGINE]: sets quant, engine and gpus for up and 
 }
 
 up() {
-	local quant engine gpus gpus_now= before after model log=$KIMI_DEMO_DIR/converge.log first=0 changed
+	local quant engine gpus gpus_now= before after model log=$KIMI_DEMO_DIR/converge.log first=0 changed split
 	identity "$@"
 
 	say "preparing this machine (Docker engine, offline test images, doubles): tests/harness/prepare.sh"
@@ -112,8 +118,12 @@ up() {
 	docker cp "$INSTANCE:$CA_IN_HOST" "$KIMI_DEMO_DIR/ca.crt" >/dev/null
 	echo
 	say "a client on this machine, through Caddy over TLS, with the demo's key:"
+	# The reasoning must come back apart from the answer, unless the deployment has no Kimi reasoning parser
+	# (deployment.json: kimi_deployment's facts, molecule/demo/converge.yml's last play).
+	split=$(python3 -c 'import json, sys; print("no" if json.load(open(sys.argv[1])).get("reasoning_parser") is None
+else "yes")' "$KIMI_DEMO_DIR/deployment.json" 2>/dev/null || echo yes)
 	python3 demo/client.py --endpoint "https://localhost:$KIMI_DEMO_PORT/v1" --api-key-file "$KIMI_DEMO_KEY_FILE" \
-		--ca "$KIMI_DEMO_DIR/ca.crt" --model "$model"
+		--ca "$KIMI_DEMO_DIR/ca.crt" --model "$model" $([ "$split" = no ] && echo --no-reasoning-split)
 	echo
 	if [ "$first" = 1 ]; then
 		say "first run: created $INSTANCE and converged it ($changed changes); run make demo again: it changes nothing"

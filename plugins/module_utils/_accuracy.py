@@ -491,6 +491,20 @@ def model_key(model):
             "thinking": model.get("thinking"), "reasoning_efforts": list(model.get("reasoning_efforts") or ())}
 
 
+def comparable(before, model_name, previous_model=None, default_model="kimi-k2.6"):
+    """(before, note): the stored result of the identity replaced when it served the same model, else (None, why the
+    gate judges by its thresholds alone). A switch between models is an identity switch: Kimi-K2.7-Code int4-vllm
+    after Kimi-K2.6 int4-vllm is never compared with K2.6's figures. previous_model: what the previous environment
+    file says it served (its MODEL), else the stored result's `model` (a result stored before models were data served
+    default_model)."""
+    if not before:
+        return None, None
+    served = previous_model or before.get("model") or default_model
+    if served != (model_name or default_model):
+        return None, "previous identity served %s: compared with the thresholds only" % served
+    return before, None
+
+
 def run(cases, url, model, api_key=None, ca_path=None, validate_certs=True, workers=8, timeout=300,
         max_tokens=1024, context_length=8192, reasoning_split=True):
     """Every case against the endpoint, `workers` at a time: (outcomes in the cases' order, seconds taken)."""

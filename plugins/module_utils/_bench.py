@@ -33,6 +33,7 @@ import re
 import sys
 
 from ansible_collections.kimi.deploy.plugins.module_utils._model.cost import per_million_tokens
+from ansible_collections.kimi.deploy.plugins.module_utils._model.models import DEFAULT_MODEL
 
 
 CLIENT = "aiperf"
@@ -341,9 +342,10 @@ def client_version(levels):
 
 
 def summarize(levels, identity, host, timestamp, url, model, settings, label="", client_version_=None,
-              duration_s=None, exit_code=None, hour_cost=None):
+              duration_s=None, exit_code=None, hour_cost=None, kimi_model=None):
     """Our summary of one sweep (what the result JSON holds). With the host's `hour_cost` (kimi_gpu_hour_cost), each
-    level also says what a million output tokens cost at its throughput."""
+    level also says what a million output tokens cost at its throughput. `kimi_model`: the model served (kimi_model;
+    None: the default model), what a baseline must have served too (summary_model)."""
     clean = [dict((k, v) for k, v in lv.items() if k != "client_version") for lv in levels]
     for lv in clean:
         lv["cost_per_million_output_tokens"] = per_million_tokens(hour_cost, lv.get("output_tokens_per_s"))
@@ -351,7 +353,8 @@ def summarize(levels, identity, host, timestamp, url, model, settings, label="",
         lv["cost_per_million_tokens"] = per_million_tokens(hour_cost, lv.get("total_tokens_per_s"))
     return {
         "hour_cost": hour_cost,
-        "schema": SCHEMA, "identity": identity, "host": host, "label": label or "", "timestamp": timestamp,
+        "schema": SCHEMA, "identity": identity, "kimi_model": kimi_model or DEFAULT_MODEL, "host": host,
+        "label": label or "", "timestamp": timestamp,
         "client": {"name": CLIENT, "version": client_version_ or client_version(levels)},
         "endpoint": {"url": url, "model": model},
         "config": settings,
@@ -409,10 +412,26 @@ def result_stem(host, identity, stamp):
     return "%s-%s-%s" % (safe_name(host), safe_name(identity), stamp)
 
 
-def find_last_run(result_dir, host, identity, before, workload="chat"):
-    """(path, summary) of the newest complete result in result_dir for this host AND identity AND workload with a
-    timestamp earlier than `before` (ISO text), or (None, None). The files' contents decide, not their names; a run
-    that was killed or missed a level (complete: false) is never a baseline."""
+def summary_model(summary):
+    """The model a result was taken on (kimi_model): a result written before models were data served the default."""
+    return (summary or {}).get("kimi_model") or DEFAULT_MODEL
+
+
+def other_model(baseline, kimi_model):
+    """Why `baseline` is no baseline for a run of `kimi_model` (another model's throughput: the A/B compares like
+    with like), or None when it served the same model."""
+    served = summary_model(baseline)
+    if baseline and served != (kimi_model or DEFAULT_MODEL):
+        return "the baseline served %s, this run %s: another model's throughput is never compared" % (
+            served, kimi_model or DEFAULT_MODEL)
+    return None
+
+
+def find_last_run(result_dir, host, identity, before, workload="chat", kimi_model=None):
+    """(path, summary) of the newest complete result in result_dir for this host AND identity AND model AND workload
+    with a timestamp earlier than `before` (ISO text), or (None, None). The files' contents decide, not their names; a
+    run that was killed or missed a level (complete: false) is never a baseline, nor one of another model (the same
+    quant-engine of another kimi_model)."""
     best = (None, None)
     for path in glob.glob(os.path.join(result_dir, "*.json")):
         try:
@@ -423,6 +442,8 @@ def find_last_run(result_dir, host, identity, before, workload="chat"):
         if not isinstance(data, dict) or data.get("schema") != SCHEMA or data.get("complete") is False:
             continue
         if data.get("host") != host or data.get("identity") != identity:
+            continue
+        if other_model(data, kimi_model):
             continue
         if ((data.get("config") or {}).get("workload") or "chat") != workload:
             continue

@@ -20,8 +20,10 @@ description:
     needed), the reasoning leaks (a think tag or the reasoning text in C(content)) and the answer failures
     (deterministic answers, follow-ups after a tool result, a needle near the context limit)."
   - Fails below O(thresholds), and (A/B) when an accuracy is more than O(max_drop) points below the stored result
-    of the identity it replaces (O(previous_env_file) names it) on the same probes, naming the figure and the first
-    three failing cases.
+    of the identity it replaces (O(previous_env_file) names it) on the same probes and the same model, naming the
+    figure and the first three failing cases. When the identity replaced served another model (the environment
+    file's C(MODEL), else the C(model) its stored result records; a result without one served C(kimi-k2.6)) - a
+    switch between models, even of the same quant-engine - the gate judges by O(thresholds) alone and says so.
   - A passing result is stored as C(<result_dir>/<identity>.json) (atomically; what the next switch compares with).
     Without O(force), a stored result of the same identity on the same probes is returned instead of asking again
     (the engine was not restarted).
@@ -54,7 +56,8 @@ options:
     required: true
   previous_env_file:
     description: The environment file of what served before this run (its QUANT and FRAMEWORK name the identity the
-      A/B compares with); absent or unreadable - no A/B.
+      A/B compares with, its MODEL - where it has one - the model that identity served); absent or unreadable - no
+      A/B.
     type: path
   result_dir:
     description: Where each identity's last passing result is kept on the host.
@@ -123,11 +126,12 @@ EXAMPLES = r"""
 RETURN = r"""
 figures:
   description: schema_accuracy, choice_accuracy, reasoning_leaks, answer_failures, cases, failed_cases, failing,
-    seconds, probes_digest, identity.
+    seconds, probes_digest, identity, model (the model's name, what the next switch compares by).
   returned: always
   type: dict
 before:
-  description: The stored figures of the replaced identity (the A/B), or null.
+  description: The stored figures of the replaced identity (the A/B), or null (none, other probes, or another
+    model).
   returned: always
   type: dict
 reasons:
@@ -159,15 +163,23 @@ DEFAULT_KEY = acc.model_key(dict(model_entry(DEFAULT_MODEL), name=DEFAULT_MODEL)
 IDENTITY_RE = re.compile(r"^[a-z0-9]+-[a-z0-9-]+$")
 
 
-def previous_identity(path):
-    """QUANT-FRAMEWORK of an environment file, or None."""
+def previous_served(path):
+    """(QUANT-FRAMEWORK, MODEL) of an environment file: (None, None) when unreadable, the model None when the file
+    does not name it (the stored result's model decides then)."""
     try:
         with open(path) as handle:
             env = dict(re.findall(r"(?m)^([A-Z_]+)=(.*)$", handle.read()))
     except (IOError, OSError, TypeError):
-        return None
+        return None, None
     name = "%s-%s" % (env.get("QUANT", ""), env.get("FRAMEWORK", ""))
-    return name if IDENTITY_RE.match(name) else None
+    if not IDENTITY_RE.match(name):
+        return None, None
+    return name, (env.get("MODEL") or "").strip() or None
+
+
+def previous_identity(path):
+    """QUANT-FRAMEWORK of an environment file, or None."""
+    return previous_served(path)[0]
 
 
 def read_json(path):
@@ -185,13 +197,15 @@ def write_json(path, data):
     atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-def line(figures, before):
+def line(figures, before, note=None):
     text = "schema accuracy %.2f%%, choice accuracy %.2f%%, %d reasoning leaks, %d answer failures (%d cases in %.1f s)" % (
         figures["schema_accuracy"], figures["choice_accuracy"], figures["reasoning_leaks"],
         figures["answer_failures"], figures["cases"], figures["seconds"])
     if before:
         text += "; %s had %.2f%% and %.2f%%" % (
             before.get("identity"), before["schema_accuracy"], before["choice_accuracy"])
+    if note:
+        text += "; " + note
     return text
 
 
@@ -231,27 +245,36 @@ def main():
     key = acc.model_key(p["model"] or DEFAULT_KEY)
     digest = hashlib.sha256(json.dumps(p["probes"] if key == DEFAULT_KEY else [p["probes"], key],
                                        sort_keys=True).encode("utf-8")).hexdigest()[:16]
+    model_name = key["name"] or DEFAULT_MODEL
     result_path = os.path.join(p["result_dir"], "%s.json" % p["identity"])
-    replaced = previous_identity(p["previous_env_file"]) if p["previous_env_file"] else None
+    replaced, replaced_model = (previous_served(p["previous_env_file"]) if p["previous_env_file"]
+                                else (None, None))
     before = read_json(os.path.join(p["result_dir"], "%s.json" % replaced)) if replaced else None
+    # the same model only: the identity replaced may have served another (or the same quant-engine of another model)
+    before, note = acc.comparable(before, model_name, replaced_model, DEFAULT_MODEL)
     if before and before.get("probes_digest") != digest:
         before = None  # other probes: no A/B
     out = dict(changed=False, before=before, reasons=[], result_path=result_path)
     if module.check_mode:
-        module.exit_json(figures=None, msg="would ask %d probe cases of %s" % (len(cases), p["identity"]), **out)
+        module.exit_json(figures=None, msg="would ask %d probe cases of %s%s" % (
+            len(cases), p["identity"], "; " + note if note else ""), **out)
     stored = read_json(result_path)
-    if not p["force"] and stored and stored.get("probes_digest") == digest:
+    if (not p["force"] and stored and stored.get("probes_digest") == digest
+            and (stored.get("model") or DEFAULT_MODEL) == model_name):
         module.exit_json(figures=stored, msg="unchanged since the last gate: " + line(stored, None), **out)
     outcomes, seconds = acc.run(cases, p["url"], p["served_model_name"], p["api_key"], p["ca_path"],
                                 workers=p["workers"], timeout=p["timeout"], max_tokens=p["max_tokens"],
                                 context_length=p["context_length"], reasoning_split=p["reasoning_split"])
-    figures = dict(acc.figures(outcomes), seconds=seconds, probes_digest=digest, identity=p["identity"])
+    # the model is recorded with the figures: the next switch compares with them only when it serves the same model
+    figures = dict(acc.figures(outcomes), seconds=seconds, probes_digest=digest, identity=p["identity"],
+                   model=model_name)
     reasons = acc.judge(figures, p["thresholds"], before, p["max_drop"])
     out.update(figures=figures, reasons=reasons)
     if reasons:
-        module.fail_json(msg="the accuracy gate failed for %s: %s; failing cases: %s" % (
-            p["identity"], "; ".join(reasons), " | ".join(figures["failing"]) or "none"), **out)
-    out["msg"] = line(figures, before)
+        module.fail_json(msg="the accuracy gate failed for %s: %s; failing cases: %s%s" % (
+            p["identity"], "; ".join(reasons), " | ".join(figures["failing"]) or "none",
+            " (%s)" % note if note else ""), **out)
+    out["msg"] = line(figures, before, note)
     write_json(result_path, dict(figures, outcomes=outcomes))
     out["changed"] = True
     module.exit_json(**out)

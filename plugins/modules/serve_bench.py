@@ -139,6 +139,11 @@ options:
     description: What the host serves (e.g. V(int4-vllm)); a last run only counts as a baseline for the same identity.
     type: str
     required: true
+  kimi_model:
+    description: The model the host serves (C(kimi_model), e.g. V(kimi-k3)), recorded in the summary. A last run only
+      counts as a baseline for the same model, and an O(baseline) taken on another model (a result without the field
+      served V(kimi-k2.6)) is not compared with - the A/B compares like with like. Unset - V(kimi-k2.6).
+    type: str
   label:
     description: A free note stored in the summary and shown in the plot title.
     type: str
@@ -283,7 +288,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kimi.deploy.plugins.module_utils._bench import (
     API_KEY_ENV, SESSIONS_FILE, BenchError, build_argv, build_config, compare, find_last_run, load_summary, measured,
-    parse_results, plot_command, plot_png, interpreter_of, render_config, render_sessions, result_stem,
+    other_model, parse_results, plot_command, plot_png, interpreter_of, render_config, render_sessions, result_stem,
     session_records, summarize, sweep_plan,
 )
 from ansible_collections.kimi.deploy.plugins.module_utils._files import atomic_write
@@ -365,9 +370,14 @@ class Bench(object):
     def baseline(self):
         """(path, summary, source)."""
         if self.p["baseline"]:
-            return self.p["baseline"], load_summary(self.p["baseline"]), "given"
+            data = load_summary(self.p["baseline"])
+            why = other_model(data, self.p.get("kimi_model"))
+            if why:  # another model's baseline is never used (a K2.6 baseline for K3)
+                self.warnings.append("baseline %s not compared: %s" % (self.p["baseline"], why))
+                return None, None, "none"
+            return self.p["baseline"], data, "given"
         path, data = find_last_run(self.result_dir, self.p["host"], self.p["identity"], self.timestamp,
-                                   workload=self.p["workload"])
+                                   workload=self.p["workload"], kimi_model=self.p.get("kimi_model"))
         return (path, data, "last run") if path else (None, None, "none")
 
     # ---- running ------------------------------------------------------------------------------------------
@@ -463,7 +473,7 @@ class Bench(object):
                                turns=self.p["turns"] if self.multi_turn else None)
         summary = summarize(levels, self.p["identity"], self.p["host"], self.timestamp, self.p["url"],
                             self.p["model"], self.settings(config), label=self.p["label"], duration_s=seconds,
-                            exit_code=code, hour_cost=self.p["hour_cost"])
+                            exit_code=code, hour_cost=self.p["hour_cost"], kimi_model=self.p.get("kimi_model"))
         summary["complete"] = code is not None and all(lv["artifacts"] for lv in levels)
         comparison = compare(summary, base)
         atomic_write(self.json_path, json.dumps(summary, indent=2, sort_keys=True) + "\n")
@@ -547,6 +557,7 @@ def main():
             hour_cost=dict(type="float"),
             host=dict(type="str", required=True),
             identity=dict(type="str", required=True),
+            kimi_model=dict(type="str"),
             label=dict(type="str", default=""),
         ),
         supports_check_mode=True,

@@ -20,7 +20,8 @@ description:
   - V(text) - a chat answer with thinking on (Kimi-K2.6's default); the answer may be in C(content) or, for a
     thinking model, in C(reasoning_content) / C(reasoning); it must not be empty.
   - "V(text_no_thinking) - the same with C(chat_template_kwargs) C({\"thinking\": false}); the answer must be in
-    C(content)."
+    C(content), with no reasoning. A model that always thinks (C(kimi_deployment.model.thinking) C(always), e.g.
+    Kimi-K3, Kimi-K2.7-Code) ignores the switch and cannot pass it; M(kimi.deploy.kimi_serve) leaves it out there."
   - V(tool) - a request with one tool (a required C(city) property); C(tool_calls) must be present, name that tool,
     and carry C(function.arguments) that is a JSON object with the required key (vLLM needs
     C(--enable-auto-tool-choice) and C(--tool-call-parser) for this).
@@ -383,10 +384,14 @@ class Verifier(object):
         message, finish = self.chat([{"role": "user", "content": TEXT_PROMPT}],
                                     chat_template_kwargs={"thinking": False})
         content = (message.get("content") or "").strip()
+        reasoning = (message.get("reasoning_content") or message.get("reasoning") or "").strip()
         if not content:
-            reasoning = message.get("reasoning_content") or message.get("reasoning")
             raise CheckFailed("no content with thinking off (finish_reason=%s)%s" % (
                 finish, "; reasoning: %s" % excerpt(reasoning) if reasoning else ""))
+        if reasoning:
+            # The switch was not read: a model that always thinks (Kimi-K3, Kimi-K2.7-Code) cannot pass this check.
+            raise CheckFailed("reasoning with thinking off: chat_template_kwargs thinking=false was not honoured (a "
+                              "model that always thinks cannot pass text_no_thinking): %s" % excerpt(reasoning, 120))
         return "content: %s" % excerpt(content)
 
     def check_tool(self):

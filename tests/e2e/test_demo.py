@@ -14,7 +14,8 @@ the weights stage repairs that remote code, and TensorRT-LLM serves from the YAM
 refusal is proven by tests/integration); on the B200s, a switch to int4-vllm whose answers drop past kimi_verify_max_drop
 is rolled back naming nvfp4-trtllm, the identity compared with, and one within the margin serves two instances with the
 KV host tier and the loader the read test picked; GPUS=ascend-a3-x16 makes it an Atlas 800 A3 that serves W4A8 on vLLM-Ascend, then
-on SGLang-Ascend; a switch back to int4-sglang on the B200s with EAGLE-3 speculative decoding (a draft repo on the fake hub) answers
+on SGLang-Ascend; MODEL=kimi-k3 on 8 x B300 switches the model (SGLang 0.5.23, its kimi_k3 parsers: a tool call and a
+reasoning split through Caddy); a switch back to Kimi-K2.6's int4-sglang on the B200s with EAGLE-3 speculative decoding (a draft repo on the fake hub) answers
 through Caddy and reports its acceptance; every series the dashboard names was scraped;
 demo-clean removes everything. The tests depend on each other's order (pytest runs a module's tests in file order).
 """
@@ -489,13 +490,32 @@ def test_ascend_switches_to_sglang_ascend(first_run):
     assert "SGLANG_NPU_USE_MLAPO=1" in container(".Config.Env")
 
 
+def test_kimi_k3_on_b300_gpus_is_a_model_switch_that_answers_a_tool_call_and_a_reasoning_split(first_run):
+    """make demo MODEL=kimi-k3 GPUS=b300-x8: another model is an identity switch. The host's NPUs become 8 x B300, the
+    K3-shaped checkpoint comes from the fake hub, SGLang 0.5.23's double (the first release that serves K3) runs it with
+    its kimi_k3 parsers, the verify gate leaves out the thinking-off answer K3 cannot give, and the client gets the tool
+    call in tool_calls and the reasoning apart from the answer, through Caddy."""
+    out = make("demo", "MODEL=kimi-k3", "GPUS=b300-x8").flat
+    assert "demo: cutover: %s switched from w4a8-sglang to mxfp4-sglang" % INSTANCE in out
+    assert "Hello from the Kimi-K3 engine double (sglang)" in lines_of(out, "completion:")[0]
+    assert re.search(r"get_weather\(.*Paris", lines_of(out, "tool call:")[0])
+    assert "(apart from the answer)" in lines_of(out, "reasoning:")[0]
+    assert "model: kimi-k3 (mxfp4-sglang on b300-x8)" in out
+    # No text_no_thinking between text and tool (Kimi-K2.6's gate runs it there)
+    assert re.search(r"verify on the engine: health ok \d+ ms, models ok \d+ ms, text ok \d+ ms, tool ok", out), out
+    assert container(".Config.Image") == "kimi-double/sglang:v0.5.23-cu130"
+    command = " ".join(container(".Config.Cmd"))
+    assert "moonshotai/Kimi-K3" in command
+    assert "--tool-call-parser kimi_k3" in command and "--reasoning-parser kimi_k3" in command
+
+
 def test_a_switch_back_to_int4_sglang_with_eagle3_speculation_answers_through_caddy(first_run):
     """make demo GPUS=b200-x8 QUANT=int4 ENGINE=sglang SPEC=eagle3: back to int4-sglang on the same GPUs, speculating.
     The known EAGLE-3 draft (a small repo on the fake hub) is fetched, pinned and verified beside the checkpoint,
     SGLang's double loads it from the offline cache, the verify gate reads the acceptance from the engine's metrics,
     and the answers come through Caddy."""
     out = make("demo", "GPUS=b200-x8", "QUANT=int4", "ENGINE=sglang", "SPEC=eagle3").flat
-    assert "demo: cutover: %s switched from w4a8-sglang to int4-sglang" % INSTANCE in out
+    assert "demo: cutover: %s switched from mxfp4-sglang to int4-sglang" % INSTANCE in out
     assert "Hello from the Kimi-K2.6 engine double (sglang)" in lines_of(out, "completion:")[0]
     assert re.search(r"get_weather\(.*Paris", lines_of(out, "tool call:")[0])
     assert "model: kimi-k2.6 (int4-sglang on b200-x8)" in out and "speculative decoding: eagle3" in out

@@ -73,6 +73,44 @@ def check_model(name):
     return check_choice("model", name, MODEL_NAMES, "the models table (plugins/module_utils/_model/models.py)")
 
 
+def driver_branch(version):
+    """The branch of a driver version ("580.95.05" -> 580), or None when it is not one."""
+    match = re.match(r"^\s*(\d{3,4})(\.|$)", str(version or ""))
+    return int(match.group(1)) if match else None
+
+
+def check_driver(entry, platform, driver_version, upgrade=False, branch_to_install=None):
+    """The model's image floor (image_floor.driver) against the host's NVIDIA driver, where it is known (the GPU facts
+    read it from nvidia-smi): an older one is refused before any host changes, naming the floor, its reason and the
+    models this driver serves. Unknown (no driver yet: nvidia_host installs one) - judged when site.yml resolves
+    again after the host stage. upgrade: nvidia_host will replace the driver in the host stage
+    (nvidia_host_replace_driver, before that stage): judged after it too. branch_to_install: the inventory's
+    nvidia_host_driver_branch where it sets one (its default, 580, meets every model's floor: test_models pins it): a
+    branch below the floor is refused too, as nvidia_host would install a driver the images cannot use.
+    Returns a reason line, or None."""
+    floor = (entry.get("image_floor") or {}).get("driver")
+    if not floor or platform not in (None, "nvidia"):
+        return None
+    wanted = driver_branch(branch_to_install)
+    if branch_to_install not in (None, "") and (wanted is None or wanted < floor):
+        fail("nvidia_host_driver_branch", branch_to_install, ["%d or newer (its default, 580)" % floor],
+             "%s's engine images need the host driver r%d or newer (%s)" % (entry["title"], floor,
+                                                                              entry["image_floor"]["why"]))
+    branch = driver_branch(driver_version)
+    if branch is None or branch >= floor:
+        return None
+    if upgrade:
+        return ("%s needs the host driver r%d or newer and this host has %s: nvidia_host replaces it in the host stage "
+                "(nvidia_host_replace_driver), and the deployment is judged again after it." % (
+                    entry["title"], floor, driver_version))
+    served = [name for name in MODEL_NAMES if (model(name).get("image_floor") or {}).get("driver", 0) <= branch]
+    fail("model", entry["name"], served,
+         "%s's engine images need the host driver r%d or newer (%s), and this host's driver is %s: upgrade it - "
+         "nvidia_host_driver_branch %d or newer, with nvidia_host_replace_driver=true to let nvidia_host replace "
+         "the loaded one - or serve a model this driver runs" % (
+             entry["title"], floor, entry["image_floor"]["why"], driver_version, floor))
+
+
 def check_model_build(entry, key, quant):
     """A model the engine build serves in no release (TensorRT-LLM and the Ascend builds for Kimi-K3), or a checkpoint
     of it that is not published, is refused with the reason; the builds that do serve it are named."""

@@ -45,6 +45,7 @@ from ansible_collections.kimi.deploy.plugins.module_utils._model.checks import (
     check_moe, check_platform, check_replica, context_length, model_version, pick_identity, pinned_revision,
     ranks_layouts, served_model_name)
 # pylint: enable=unused-import
+from ansible_collections.kimi.deploy.plugins.module_utils._model.checks import check_driver
 from ansible_collections.kimi.deploy.plugins.module_utils._model.kernel_cache import entry as kernel_cache_entry
 from ansible_collections.kimi.deploy.plugins.module_utils._model.fit import (
     MIN_KV_TOKENS, fit, replica_advice, replica_layout)
@@ -235,6 +236,12 @@ def _endpoint(inputs, r):
     if floor:
         r["reasons"].append("%s on %s %s: the host driver must be r%d or newer (%s)." % (
             r["entry"]["title"], spec["title"], version, floor["driver"], floor["why"]))
+        # the host's driver where the GPU facts know it (driver_version): an older one is refused here, before any
+        # host changes; none yet, or one nvidia_host replaces (driver_upgrade) - judged when site.yml resolves again
+        upgrading = check_driver(r["entry"], r["platform"], inputs.get("driver_version"),
+                                 bool(inputs.get("driver_upgrade")), inputs.get("driver_branch"))
+        if upgrading:
+            warnings.append(upgrading)
     if eng_options(key, version)["provenance"] != "release":
         warnings.append("%s %s's flag list is approximate: it was read from upstream source files that are not the "
                         "release's (tests/fixtures/engine_flags/engine_flags_%s-%s.json names them); regenerate it "
@@ -443,7 +450,9 @@ def resolve(inputs, gpus=None, require_revision=True):
     port, served_model_name, extra_args, engine_options, revisions ({quant: sha}), image, min_kv_tokens, nodes,
     node_rank, head_address, dist_port, pd, speculative, speculative_draft, speculative_draft_revision,
     speculative_tokens, speculative_topk, speculative_draft_tokens, kv_offload, kv_offload_gb, host_memory_bytes,
-    load_format, weights_read_mbps, gpu_hour_cost. Missing -> derived.
+    load_format, weights_read_mbps, gpu_hour_cost, driver_version (the host's NVIDIA driver, from its GPU facts),
+    driver_upgrade (nvidia_host replaces that driver before the engine runs), driver_branch (the inventory's
+    nvidia_host_driver_branch). Missing -> derived.
     The one validator of these inputs: a bad one raises DeploymentError naming its variable. A GPU pool that
     cannot hold the deployment does not raise: hardware.fits is false and hardware.fit_reason says why.
     It runs the SEAMS in order, each followed by the FEATURES hooked after it.

@@ -92,9 +92,10 @@ _K2_PARSERS = {
 # "0": every release this collection pins serves the K2 family (its flag lists were made for it).
 _K2_ENGINES = dict((key, {"min": "0", "why": "every pinned release serves the K2 family"}) for key in _K2_PARSERS)
 
-_K3_SOURCE = ("vLLM 0.33.0 and SGLang 0.5.23 wheels (models/kimi_k3, configs/kimi_linear.py, mamba_utils.py), "
-              "NVIDIA's TensorRT-LLM K3 deployment guide (commit 1ce3636a), NeMo AutoModel's Kimi-K3 page and the "
-              "published config.json (HF revision f831ab66): /work/notes/54-research.md sections 2, 4-7")
+_K3_SOURCE = ("the vLLM 0.33.0 and SGLang 0.5.23 wheels on PyPI (their models/kimi_k3, configs/kimi_linear.py and "
+              "mamba_utils.py), NVIDIA's TensorRT-LLM K3 deployment guide (github.com/NVIDIA/TensorRT-LLM, commit "
+              "1ce3636a), NeMo AutoModel's Kimi-K3 page and the published config.json (huggingface.co/moonshotai/"
+              "Kimi-K3, revision f831ab66)")
 
 MODELS = {
     "kimi-k2.6": {

@@ -107,6 +107,13 @@ def inputs(get, host, replica, pd, plan_hosts=None, pd_plan=None, gateways=None)
     # The host's RAM (ansible_memtotal_mb, read in site.yml's preflight): what sizes the KV host tier.
     out["host_memory_bytes"] = memory_bytes_from_facts(value(get, host, "ansible_facts"))
     out["revisions"] = dict((quant, value(get, host, "kimi_%s_revision" % quant)) for quant in QUANTS)
+    # The host's NVIDIA driver (gpu_facts reads it from nvidia-smi): a model's image floor is judged against it before
+    # any host changes. nvidia_host_replace_driver lets nvidia_host replace it first: then judged after the host
+    # stage, where site.yml resolves again (kimi_site_after_host_stage) with the driver it installed.
+    out["driver_version"] = driver_version(value(get, host, "ansible_facts"))
+    out["driver_branch"] = value(get, host, "nvidia_host_driver_branch")  # the branch nvidia_host installs, if set
+    out["driver_upgrade"] = (truthy(value(get, host, "nvidia_host_replace_driver"))
+                             and not truthy(value(get, host, "kimi_site_after_host_stage")))
     if get(host, "kimi_replica") is not MISSING:
         head = replica[0]
         out["nodes"] = len(replica)
@@ -127,6 +134,18 @@ def inputs(get, host, replica, pd, plan_hosts=None, pd_plan=None, gateways=None)
     elif pd_plan is not None:
         out["pd"] = dict(settings, plan=pd_plan, rdma_devices=value(get, host, VARIABLES["pd_rdma_devices"]))
     return out
+
+
+def truthy(flag):
+    """An Ansible boolean as inventories and -e give it (true, "yes", "1", ...)."""
+    return flag is True or (isinstance(flag, (int, str)) and str(flag).strip().lower() in ("1", "true", "yes", "on"))
+
+
+def driver_version(facts):
+    """The NVIDIA driver version the host's GPU facts read (nvidia_gpu_summary.driver_version), or None."""
+    summary = (facts or {}).get("nvidia_gpu_summary") if isinstance(facts, dict) else None
+    version = summary.get("driver_version") if isinstance(summary, dict) else None
+    return str(version) if version else None
 
 
 def accelerators(get, host):

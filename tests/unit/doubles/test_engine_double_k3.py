@@ -107,6 +107,16 @@ def test_reasoning_effort_low_high_max_thinks_longer_and_none_not_at_all(k3, eng
     assert not off.get("reasoning_content") and off["content"] == "4"
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_k3_always_thinks_chat_template_kwargs_thinking_false_is_not_read(k3, engine):
+    """K3 always thinks (models.py thinking "always"): its renderer has no template switch, so the verify gate's
+    text_no_thinking request still gets the reasoning, apart from the answer; kimi_serve leaves that check out."""
+    r = k3(engine)
+    for kwargs in ({"thinking": False}, {"enable_thinking": False}):
+        answer = message(r, chat("What is 2+2?", chat_template_kwargs=kwargs))["message"]
+        assert answer["content"] == "4" and answer["reasoning_content"], kwargs
+
+
 def test_vllm_refuses_the_efforts_k3_does_not_take_with_its_errors(k3):
     r = k3("vllm")
     status, body = r.post(chat(reasoning_effort="medium"))

@@ -557,7 +557,9 @@ class EngineDouble:
                     str(p.get("text", "")) for p in c or [] if isinstance(p, dict) and p.get("type") == "text")
         fmt = self.chat_format()
         kwargs = req.get("chat_template_kwargs") or {}
-        thinking = kwargs.get("thinking", kwargs.get("enable_thinking", True)) is not False
+        # K3 always thinks: its renderer (vLLM renderers/kimi_k3.py, SGLang's K3 encoder) has no template switch, so
+        # chat_template_kwargs thinking=false is not read; only reasoning_effort "none" (below) leaves reasoning out.
+        thinking = fmt == "k3" or kwargs.get("thinking", kwargs.get("enable_thinking", True)) is not False
         effort, refused = self.reasoning_effort(req, fmt)
         if refused:
             return refused
@@ -600,7 +602,8 @@ class EngineDouble:
         else:
             known = answers.direct_answer(last, prompt)
             answer = known if known is not None else \
-                "Hello from the Kimi-K2.6 engine double (%s). You said: %s" % (self.engine, last.strip()[:200])
+                "Hello from the %s engine double (%s). You said: %s" % (
+                    "Kimi-K3" if fmt == "k3" else "Kimi-K2.6", self.engine, last.strip()[:200])
             reasoning = "The user wrote a message. I will answer briefly."
         if fmt == "k3" and reasoning:  # K3 thinks as long as reasoning_effort asks
             reasoning += EFFORT_MORE[effort or "high"]

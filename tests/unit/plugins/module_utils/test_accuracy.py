@@ -352,3 +352,19 @@ def test_a_case_tool_choice_is_auto_or_a_forced_call(doc_case, words):
            "cases": [dict({"id": "a", "category": "required", "source": "s", "prompt": "x"}, **doc_case)]}
     with pytest.raises(acc.ProbeError, match=words):
         acc.load(doc)
+
+
+def test_the_a_b_compares_with_the_same_model_only():
+    """A switch between models is an identity switch: the result of the identity replaced counts only when it served
+    the same model (the previous environment file's MODEL, else the model its result records; none: kimi-k2.6)."""
+    k26 = {"identity": "int4-vllm", "schema_accuracy": 100.0, "choice_accuracy": 100.0, "model": "kimi-k2.6"}
+    note = "previous identity served kimi-k2.6: compared with the thresholds only"
+    assert acc.comparable(k26, "kimi-k2.7-code") == (None, note)
+    assert acc.comparable(dict(k26, model=None), "kimi-k3") == (None, note)  # stored before models were data
+    assert acc.comparable(dict(k26, model="kimi-k2.7-code"), "kimi-k2.7-code", "kimi-k2.6") == (None, note)
+    assert acc.comparable(k26, "kimi-k2.6") == (k26, None) and acc.comparable(k26, None) == (k26, None)
+    assert acc.comparable(None, "kimi-k3") == (None, None)
+    # the thresholds alone then: a drop that would fail the A/B passes
+    now = {"schema_accuracy": 90.0, "choice_accuracy": 90.0, "reasoning_leaks": 0, "answer_failures": 0}
+    before, _note = acc.comparable(k26, "kimi-k3")
+    assert acc.judge(now, {}, before, 2.0) == [] and acc.judge(now, {}, k26, 2.0) != []

@@ -117,10 +117,11 @@ def test_a_level_aiperf_never_reached_says_so(tmp_path):
     assert _bench.parse_results(str(tmp_path / "absent"), [(1, 6)])[0]["artifacts"] is None
 
 
-def summary(levels=None, identity="int4-vllm", host="gpu-01", timestamp="2026-11-24T10:00:00Z", complete=True):
+def summary(levels=None, identity="int4-vllm", host="gpu-01", timestamp="2026-11-24T10:00:00Z", complete=True,
+            kimi_model=None):
     levels = levels if levels is not None else _bench.parse_results(os.path.join(FIXTURES, "sweep"), PLAN)
     out = _bench.summarize(levels, identity, host, timestamp, "https://gpu-01", "kimi-k2.6", {"levels": [1, 2, 4]},
-                           label="nightly", duration_s=17.0, exit_code=0)
+                           label="nightly", duration_s=17.0, exit_code=0, kimi_model=kimi_model)
     out["complete"] = complete
     return out
 
@@ -202,6 +203,34 @@ def test_last_run_is_the_newest_earlier_complete_result_of_the_same_host_and_ide
     assert path == str(tmp_path / "b.json") and data["timestamp"] == "2026-11-22T10:00:00Z"
     assert _bench.find_last_run(str(tmp_path), "gpu-03", "int4-vllm", "2026-11-24T10:00:00Z") == (None, None)
     assert _bench.find_last_run(str(tmp_path / "none"), "gpu-01", "int4-vllm", "z") == (None, None)
+
+
+def test_a_baseline_is_of_the_same_model_only(tmp_path):
+    """A switch between models is an identity switch: the last run of the same quant-engine of another model (Kimi-K2.6
+    int4-vllm before Kimi-K2.7-Code int4-vllm) is no baseline, nor a given baseline of another model; a result
+    written before models were data (no kimi_model) served kimi-k2.6."""
+    def put(name, **kw):
+        data = summary(**kw)
+        if kw.get("kimi_model") is None:
+            del data["kimi_model"]  # as written before models were data
+        (tmp_path / name).write_text(json.dumps(data))
+    put("old.json", timestamp="2026-11-20T10:00:00Z")
+    put("k26.json", timestamp="2026-11-21T10:00:00Z", kimi_model="kimi-k2.6")
+    put("k27.json", timestamp="2026-11-22T10:00:00Z", kimi_model="kimi-k2.7-code")
+    put("k3.json", timestamp="2026-11-23T10:00:00Z", kimi_model="kimi-k3")
+    before = "2026-11-24T10:00:00Z"
+    assert summary(kimi_model="kimi-k3")["kimi_model"] == "kimi-k3" and summary()["kimi_model"] == "kimi-k2.6"
+    assert _bench.find_last_run(str(tmp_path), "gpu-01", "int4-vllm", before)[0] == str(tmp_path / "k26.json")
+    assert _bench.find_last_run(str(tmp_path), "gpu-01", "int4-vllm", before,
+                                kimi_model="kimi-k2.7-code")[0] == str(tmp_path / "k27.json")
+    assert _bench.find_last_run(str(tmp_path), "gpu-01", "int4-vllm", "2026-11-21T12:00:00Z",
+                                kimi_model="kimi-k2.7-code") == (None, None)  # only K2.6's before it
+    assert _bench.find_last_run(str(tmp_path), "gpu-01", "int4-vllm", before,
+                                kimi_model="kimi-k3.1-pro") == (None, None)  # K3's is another model's
+    old = json.loads((tmp_path / "old.json").read_text())
+    assert _bench.other_model(old, None) is None and _bench.other_model(old, "kimi-k2.6") is None
+    assert _bench.other_model(old, "kimi-k3") == (
+        "the baseline served kimi-k2.6, this run kimi-k3: another model's throughput is never compared")
 
 
 def test_result_names_and_atomic_writes(tmp_path):

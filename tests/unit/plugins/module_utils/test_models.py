@@ -220,3 +220,73 @@ def test_make_plan_and_demo_pass_model():
     assert "MODEL='kimi-k3'" in dry("demo", "MODEL=kimi-k3")
     with open(os.path.join(ROOT, "demo", "demo.sh")) as handle:
         assert handle.read().count("${MODEL:+-e kimi_model=$MODEL}") == 2  # up and plan
+
+
+# --- the driver floor (image_floor.driver) -------------------------------------------------------------------------
+def test_a_host_driver_below_the_model_s_floor_is_refused_before_any_host_changes():
+    """Kimi-K3's images are CUDA 13 only: a host whose GPU facts report an r570 driver is refused in one line naming
+    kimi_model, the floor and its reason, the fix, and the models that driver runs."""
+    with pytest.raises(dm.DeploymentError) as refused:
+        resolve(profile("b300-x8"), model="kimi-k3", driver_version="570.172.08")
+    text = str(refused.value)
+    assert text.startswith("kimi_model='kimi-k3' is not allowed: Kimi-K3's engine images need the host driver r580 "
+                           "or newer (vLLM >= 0.27's images are CUDA 13"), text
+    assert "this host's driver is 570.172.08" in text and "nvidia_host_driver_branch 580 or newer" in text
+    assert text.endswith("Allowed values: kimi-k2.6, kimi-k2.7-code"), text
+    assert "\n" not in text
+    # the K2 family has no floor: the same driver serves it
+    assert resolve(profile("b300-x8"), model="kimi-k2.6", driver_version="570.172.08")["identity"]
+
+
+@pytest.mark.parametrize("driver, upgrade", [("580.95.05", False), ("590.44.01", False), (None, False),
+                                             ("570.172.08", True)])
+def test_a_driver_at_the_floor_unknown_or_replaced_by_nvidia_host_passes(driver, upgrade):
+    """At or above the floor it serves; no driver yet (nvidia_host installs one) or one nvidia_host replaces
+    (nvidia_host_replace_driver) is judged when site.yml resolves again after the host stage."""
+    dep = resolve(profile("b300-x8"), model="kimi-k3", driver_version=driver, driver_upgrade=upgrade)
+    assert dep["model"]["driver_floor"] == 580
+    assert any("judged again after it" in w for w in dep["warnings"]) == upgrade
+
+
+def test_the_site_reads_the_driver_from_the_gpu_facts_and_judges_again_after_the_host_stage():
+    from ansible_collections.kimi.deploy.plugins.module_utils._model import site as _site
+    facts = {"nvidia_gpu_summary": {"driver_version": "570.172.08"}}
+
+    def inputs(**hostvars):
+        hostvars = dict({"kimi_model": "kimi-k3", "ansible_facts": facts, "kimi_mxfp4_revision": SHA}, **hostvars)
+        get = lambda host, name: hostvars.get(name, _site.MISSING)  # noqa: E731
+        return _site.inputs(get, "gpu1", ["gpu1"], [])
+    assert (inputs()["driver_version"], inputs()["driver_upgrade"], inputs()["driver_branch"]) == (
+        "570.172.08", False, None)
+    assert inputs(nvidia_host_driver_branch="590")["driver_branch"] == "590"
+    assert inputs(nvidia_host_replace_driver=True)["driver_upgrade"] is True
+    # after the host stage the driver is what nvidia_host left: judged, replaced or not
+    assert inputs(nvidia_host_replace_driver="true", kimi_site_after_host_stage=True)["driver_upgrade"] is False
+    with pytest.raises(dm.DeploymentError, match=r"^kimi_model='kimi-k3' is not allowed: .* r580 or newer"):
+        dm.resolve(inputs(), profile("b300-x8"))
+    assert _site.driver_version({}) is None and _site.driver_version(None) is None
+
+
+def test_nvidia_host_installs_a_branch_at_or_above_every_model_s_floor():
+    """nvidia_host's default branch meets every model's floor (a host without a driver gets one the images run on);
+    an inventory's nvidia_host_driver_branch below the served model's floor is refused before any host changes."""
+    import yaml
+    with open(os.path.join(ROOT, "roles", "nvidia_host", "defaults", "main.yml")) as handle:
+        defaults = yaml.safe_load(handle)
+    floors = [(model(name)["image_floor"] or {}).get("driver", 0) for name in MODEL_NAMES]
+    assert int(defaults["nvidia_host_driver_branch"]) >= max(floors)
+    with pytest.raises(dm.DeploymentError, match=r"^nvidia_host_driver_branch='570' is not allowed: Kimi-K3's engine "
+                                                 r"images need the host driver r580 or newer .*Allowed values: 580 or "
+                                                 r"newer \(its default, 580\)$"):
+        resolve(profile("b300-x8"), model="kimi-k3", driver_branch="570")
+    assert resolve(profile("b300-x8"), model="kimi-k3", driver_branch="590")["identity"] == "mxfp4-vllm"
+    assert resolve(profile("b300-x8"), model="kimi-k2.6", driver_branch="570")["identity"]
+
+
+def test_a_model_switch_of_the_same_quant_engine_restarts_the_engine():
+    """Kimi-K2.7-Code int4-vllm after Kimi-K2.6 int4-vllm keeps the identity (its format is <quant>-<engine>), but
+    the engine's arguments (the checkpoint) differ, so kimi_serve restarts it: a switch, gated as one."""
+    k26 = resolve(profile("h200-x8"), model="kimi-k2.6", quant="int4", engine="vllm", served_model_name="kimi")
+    k27 = resolve(profile("h200-x8"), model="kimi-k2.7-code", quant="int4", engine="vllm", served_model_name="kimi")
+    assert k26["identity"] == k27["identity"] == "int4-vllm"
+    assert k26["argv"] != k27["argv"] and k26["model"]["name"] != k27["model"]["name"]

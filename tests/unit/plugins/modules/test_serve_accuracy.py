@@ -108,3 +108,44 @@ def test_the_a_b_compares_like_with_like_the_same_model_s_requests(tmp_path):
         out = run_module(MODULE, dict(base, model=dict(model, name=name)), check_mode=True)
         assert not out.get("failed") and (out["before"] is not None) == compared, (name, out)
     assert run_module(MODULE, base, check_mode=True)["before"]["identity"] == "int4-sglang"
+
+
+def _k27(tmp_path, env_model=None, stored_model="kimi-k2.6"):
+    """Kimi-K2.7-Code int4-vllm after int4-vllm: a stored result taken on the very requests K2.7-Code is asked (the
+    same digest), recorded as `stored_model`'s; the previous environment file names `env_model` (None: no MODEL)."""
+    import hashlib
+    sys.path.insert(0, os.path.join(ROOT, ".collections"))
+    from ansible_collections.kimi.deploy.plugins.module_utils import _accuracy as acc
+    from ansible_collections.kimi.deploy.plugins.module_utils._model.models import model as entry
+    probes = [yaml.safe_load(open(PROBES))]
+    model = dict((k, v) for k, v in entry("kimi-k2.7-code").items()
+                 if k in ("chat_format", "thinking", "reasoning_efforts"))
+    model["name"] = "kimi-k2.7-code"
+    digest = hashlib.sha256(json.dumps([probes, acc.model_key(model)], sort_keys=True).encode("utf-8")).hexdigest()[:16]
+    (tmp_path / "accuracy").mkdir(parents=True)
+    stored = {"identity": "int4-vllm", "probes_digest": digest, "schema_accuracy": 100.0, "choice_accuracy": 100.0}
+    if stored_model:
+        stored["model"] = stored_model
+    (tmp_path / "accuracy" / "int4-vllm.json").write_text(json.dumps(stored))
+    (tmp_path / "previous.env").write_text("QUANT=int4\nFRAMEWORK=vllm\n" + ("MODEL=%s\n" % env_model if env_model
+                                                                             else ""))
+    return run_module(MODULE, {"url": "http://127.0.0.1:9", "probes": probes, "identity": "int4-vllm",
+                               "result_dir": str(tmp_path / "accuracy"), "model": model,
+                               "previous_env_file": str(tmp_path / "previous.env")}, check_mode=True)
+
+
+def test_a_model_switch_of_the_same_quant_engine_is_judged_by_the_thresholds_alone(tmp_path):
+    """Kimi-K2.7-Code int4-vllm after Kimi-K2.6 int4-vllm: the identity is the same, the model is not, so the A/B has
+    nothing to compare with - even a stored result on the same requests (the same digest) is not used, and the message
+    says why. The previous model comes from the environment file (MODEL) where it names one, else from the model the
+    stored result records (a result without one served kimi-k2.6)."""
+    for env_model, stored_model in (("kimi-k2.6", "kimi-k2.7-code"), (None, "kimi-k2.6"), (None, None)):
+        out = _k27(tmp_path / ("%s-%s" % (env_model, stored_model)), env_model, stored_model)
+        assert not out.get("failed") and out["before"] is None, (env_model, stored_model, out)
+        assert out["msg"].endswith("previous identity served kimi-k2.6: compared with the thresholds only"), out["msg"]
+
+
+def test_the_same_model_s_result_is_compared_with(tmp_path):
+    """The control: the stored result of the same model on the same requests is the A/B's (no note)."""
+    out = _k27(tmp_path, None, "kimi-k2.7-code")
+    assert out["before"]["identity"] == "int4-vllm" and "thresholds only" not in out["msg"], out

@@ -246,6 +246,14 @@ def test_text_accepts_an_answer_only_in_reasoning_but_thinking_off_needs_content
     assert opener.requests[0][1] == "http://engine:30000/v1/chat/completions"
 
 
+def test_thinking_off_fails_when_the_model_still_thinks():
+    """An always-thinking model (Kimi-K3) ignores thinking=false: content and reasoning both come back."""
+    opener = CannedOpener(lambda path, body: chat_reply("Paris.", reasoning="The user asks about France."))
+    checks = serve_verify.Verifier(params(checks=["text", "text_no_thinking"]), opener).run()
+    assert checks[0]["ok"] and checks[0]["detail"] == "content: Paris."
+    assert not checks[1]["ok"] and checks[1]["detail"].startswith("reasoning with thinking off")
+
+
 def test_empty_text_answer_fails():
     checks = serve_verify.Verifier(params(checks=["text"]), CannedOpener(lambda p, b: chat_reply(None))).run()
     assert not checks[0]["ok"] and "empty answer" in checks[0]["detail"]
