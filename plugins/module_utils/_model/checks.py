@@ -80,8 +80,8 @@ def driver_branch(version):
 
 
 def check_driver(entry, platform, driver_version, upgrade=False, branch_to_install=None):
-    """The model's image floor (image_floor.driver) against the host's NVIDIA driver, where it is known (the GPU facts
-    read it from nvidia-smi): an older one is refused before any host changes, naming the floor, its reason and the
+    """The model's image floor (image_floor.driver, of image_floor.platform) against the host's driver, where it is known
+    (its platform's summary fact): an older one is refused before any host changes, naming the floor, its reason and the
     models this driver serves. Unknown (no driver yet: nvidia_host installs one) - judged when site.yml resolves
     again after the host stage. upgrade: nvidia_host will replace the driver in the host stage
     (nvidia_host_replace_driver, before that stage): judged after it too. branch_to_install: the inventory's
@@ -89,7 +89,7 @@ def check_driver(entry, platform, driver_version, upgrade=False, branch_to_insta
     branch below the floor is refused too, as nvidia_host would install a driver the images cannot use.
     Returns a reason line, or None."""
     floor = (entry.get("image_floor") or {}).get("driver")
-    if not floor or platform not in (None, "nvidia"):
+    if not floor or platform not in (None, entry["image_floor"]["platform"]):
         return None
     wanted = driver_branch(branch_to_install)
     if branch_to_install not in (None, "") and (wanted is None or wanted < floor):

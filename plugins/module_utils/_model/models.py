@@ -24,7 +24,8 @@ Fields:
                list has is used), a build absent: no parser for it;
   engines:     {engine build: {"min": the first release that serves the model ("0": any), or None where no release
                does; "why": the source, or why none does (the refusal names it)}};
-  image_floor: None | {"driver": the host driver branch the engine images need, "why"};
+  image_floor: None | {"platform": the accelerator platform whose driver it is, "driver": the host driver branch the
+               engine images need, "why"};
   drafts:      {repo_id: draft} (the speculative drafts known for it), default_drafts: {engine: {method: repo_id}};
   sampling:    the card's recommended sampling defaults, or None where the card gives none;
   layouts:     the published layouts [{gpus, hosts, tp, pp, engine, source}].
@@ -289,7 +290,7 @@ MODELS = {
             "sglang-ascend": {"min": None, "why": "SGLang 0.5.23 has Ascend KDA kernels, but no SGLang-Ascend image "
                                                   "or modelslim K3 checkpoint of it is pinned here yet"},
         },
-        "image_floor": {"driver": 580, "why": "vLLM >= 0.27's images are CUDA 13 (torch 2.14, cutlass-dsl cu13 in "
+        "image_floor": {"platform": "nvidia", "driver": 580, "why": "vLLM >= 0.27's images are CUDA 13 (torch 2.14, cutlass-dsl cu13 in "
                                               "0.33.0's METADATA), which needs the r580 driver or newer"},
         # DSpark drafts exist (vLLM 0.33.0 K3DSparkModel, --spec-method dspark; SGLang 0.5.23 DSPARK), but
         # kimi_speculative has no dspark method yet, and the checkpoint has no MTP layer (num_nextn_predict_layers 0):

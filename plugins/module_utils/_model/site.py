@@ -142,10 +142,13 @@ def truthy(flag):
 
 
 def driver_version(facts):
-    """The NVIDIA driver version the host's GPU facts read (nvidia_gpu_summary.driver_version), or None."""
-    summary = (facts or {}).get("nvidia_gpu_summary") if isinstance(facts, dict) else None
-    version = summary.get("driver_version") if isinstance(summary, dict) else None
-    return str(version) if version else None
+    """The accelerator driver's version the host's facts read (the driver_version of a platform's summary fact), or
+    None."""
+    for name in ORDER:
+        summary = facts.get(PLATFORMS[name]["summary_fact"]) if isinstance(facts, dict) else None
+        if isinstance(summary, dict) and summary.get("driver_version"):
+            return str(summary["driver_version"])
+    return None
 
 
 def accelerators(get, host):
