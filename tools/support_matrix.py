@@ -7,8 +7,9 @@
 Input: the models (plugins/module_utils/_model/models.py: each one's checkpoints per quant, the first release of each
 engine build that serves it, its chat format and thinking), the engine builds
 (plugins/module_utils/_engines/registry.ENGINES: each build's versions, pinned images, quants and the
-accelerator families each quant runs on, multi-node mode, disaggregation, speculative decoding), the families (_gpu.ARCH_FAMILIES, _npu.CHIP_FAMILIES), the PD routers (_routers) and the
-recommendation (_accelerators.RECOMMENDED). Output: the Markdown between the README's
+accelerator families each quant runs on, multi-node mode, disaggregation, speculative decoding), the families
+(_gpu.ARCH_FAMILIES, _npu.CHIP_FAMILIES), the PD routers (_routers) and the recommendation
+(_accelerators.RECOMMENDED). Output: the Markdown between the README's
 `<!-- support-matrix:start -->` and `<!-- support-matrix:end -->` markers. tests/unit/tools/test_support_matrix.py
 compares the two, so a new engine release without `make readme` fails the unit tests.
 """

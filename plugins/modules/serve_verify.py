@@ -21,7 +21,7 @@ description:
     thinking model, in C(reasoning_content) / C(reasoning); it must not be empty.
   - "V(text_no_thinking) - the same with C(chat_template_kwargs) C({\"thinking\": false}); the answer must be in
     C(content), with no reasoning. A model that always thinks (C(kimi_deployment.model.thinking) C(always), e.g.
-    Kimi-K3, Kimi-K2.7-Code) ignores the switch and cannot pass it; M(kimi.deploy.kimi_serve) leaves it out there."
+    Kimi-K3, Kimi-K2.7-Code) ignores the switch and cannot pass it; the kimi.deploy.kimi_serve role leaves it out there."
   - V(tool) - a request with one tool (a required C(city) property); C(tool_calls) must be present, name that tool,
     and carry C(function.arguments) that is a JSON object with the required key (vLLM needs
     C(--enable-auto-tool-choice) and C(--tool-call-parser) for this).

@@ -94,8 +94,8 @@ def check_driver(entry, platform, driver_version, upgrade=False, branch_to_insta
     wanted = driver_branch(branch_to_install)
     if branch_to_install not in (None, "") and (wanted is None or wanted < floor):
         fail("nvidia_host_driver_branch", branch_to_install, ["%d or newer (its default, 580)" % floor],
-             "%s's engine images need the host driver r%d or newer (%s)" % (entry["title"], floor,
-                                                                              entry["image_floor"]["why"]))
+             "%s's engine images need the host driver r%d or newer (%s)" % (
+                 entry["title"], floor, entry["image_floor"]["why"]))
     branch = driver_branch(driver_version)
     if branch is None or branch >= floor:
         return None
@@ -117,8 +117,8 @@ def check_model_build(entry, key, quant):
     served = entry["engines"].get(key) or {"min": None, "why": "%s is not known to serve %s" % (
         ENGINES[key]["title"], entry["title"])}
     if served["min"] is None:
-        others = ["%s (%s >= %s, on %s)" % (ENGINES[k]["name"], ENGINES[k]["title"], v["min"],
-                                             PLATFORM_TITLES[ENGINES[k]["platform"]])
+        others = ["%s (%s >= %s, on %s)" % (
+            ENGINES[k]["name"], ENGINES[k]["title"], v["min"], PLATFORM_TITLES[ENGINES[k]["platform"]])
                   for k, v in sorted(entry["engines"].items()) if v["min"] is not None]
         fail("engine", ENGINES[key]["name"], others, "%s on %s: %s" % (entry["title"], ENGINES[key]["title"],
                                                                        served["why"]))

@@ -169,10 +169,10 @@ def fit(quant, engine, kv_cache_dtype, mem_fraction, tp, gpus, min_kv_tokens=MIN
     if nodes > 1:
         what = "%d hosts of %s" % (nodes, what)
     if gpus["arch"] == "unsupported":
+        reason = ("Does not fit: %s (%s) is older than Ampere; the INT4 and NVFP4 MoE kernels need sm_80 or newer."
+                  % (what, gpus["sm"]))
         return {"fits": False, "kv_tokens": 0, "settings_advice": None, "sequences": None,
-                "state_bytes_per_seq": state, "reason": (
-            "Does not fit: %s (%s) is older than Ampere; the INT4 and NVFP4 MoE kernels need sm_80 or newer."
-            % (what, gpus["sm"]))}
+                "state_bytes_per_seq": state, "reason": reason}
     tokens, sequences = pool(quant, engine, kv_cache_dtype, mem_fraction, gpus["vram_min_mib"], tp, pp, attention_dp,
                              dp, draft, model, seqs)
     share = weights_per_gpu(quant, tp, pp, attention_dp, dp, draft, model)

@@ -49,7 +49,9 @@ _DEFAULT = object()  # sentinel: $KIMI_FAKE_HUB_CACHE or DEFAULT_CACHE_DIR
 LAST_MODIFIED = "2026-04-20T12:00:00.000Z"
 CREATED_AT = "2026-04-20T10:00:00.000Z"
 REPO_KINDS = ("model", "eagle3", "dflash")
-MODEL_TYPES = ("kimi_k25", "kimi_k3")  # a model repo's architecture (RepoSpec.model_type)  # model: the Kimi checkpoint; the others: speculative-decoding drafts
+# model: the Kimi checkpoint; the others: speculative-decoding drafts. MODEL_TYPES: a model repo's architecture
+# (RepoSpec.model_type).
+MODEL_TYPES = ("kimi_k25", "kimi_k3")
 DRAFT_HIDDEN_SIZE = 7168  # Kimi-K2.6's hidden size, which a draft must match
 DRAFT_VOCAB_SIZE = 163840  # Kimi-K2.6's vocabulary size, idem
 

@@ -74,7 +74,7 @@ def test_the_k3_checkpoint_has_k3s_geometry():
 
 def test_k3_repos_have_no_k25_remote_code_and_k2_repos_keep_their_commits():
     k3 = [f.path for f in fake_hub.build_files(fake_hub.RepoSpec.parse("RedHatAI/Kimi-K3-NVFP4:shards=1"),
-                                                memoryview(bytes(fake_hub.BLOCK)))]
+                                               memoryview(bytes(fake_hub.BLOCK)))]
     assert "chat_template.jinja" not in k3 and not [p for p in k3 if "k25" in p] and "tokenization_kimi.py" in k3
     assert "hf_quant_config.json" not in k3  # RedHat's is compressed-tensors, not ModelOpt
     k2 = fake_hub.RepoSpec.parse("moonshotai/Kimi-K2.6")

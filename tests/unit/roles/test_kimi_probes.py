@@ -74,8 +74,8 @@ def probe_run(tmp_path, url, sample=8, model=None):
     done = subprocess.run([sys.executable, str(folder / "kimi_probe.py"), "--url", url, "--env-file",
                            str(tmp_path / "kimi-k26.env"), "--probes", str(folder / "probes.json"), "--sample",
                            str(sample), "--state", str(tmp_path / "state.json"), "--textfile",
-                           str(tmp_path / "kimi_probe.prom")] + (
-                              ["--model-file", str(folder / "model.json")] if model else []),
+                           str(tmp_path / "kimi_probe.prom")]
+                          + (["--model-file", str(folder / "model.json")] if model else []),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout

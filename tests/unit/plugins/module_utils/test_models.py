@@ -254,7 +254,9 @@ def test_the_site_reads_the_driver_from_the_gpu_facts_and_judges_again_after_the
 
     def inputs(**hostvars):
         hostvars = dict({"kimi_model": "kimi-k3", "ansible_facts": facts, "kimi_mxfp4_revision": SHA}, **hostvars)
-        get = lambda host, name: hostvars.get(name, _site.MISSING)  # noqa: E731
+
+        def get(_host, name):
+            return hostvars.get(name, _site.MISSING)
         return _site.inputs(get, "gpu1", ["gpu1"], [])
     assert (inputs()["driver_version"], inputs()["driver_upgrade"], inputs()["driver_branch"]) == (
         "570.172.08", False, None)
