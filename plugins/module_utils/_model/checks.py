@@ -117,9 +117,10 @@ def check_model_build(entry, key, quant):
     served = entry["engines"].get(key) or {"min": None, "why": "%s is not known to serve %s" % (
         ENGINES[key]["title"], entry["title"])}
     if served["min"] is None:
-        others = ["%s (%s >= %s, on %s)" % (
-            ENGINES[k]["name"], ENGINES[k]["title"], v["min"], PLATFORM_TITLES[ENGINES[k]["platform"]])
-                  for k, v in sorted(entry["engines"].items()) if v["min"] is not None]
+        others = [
+            "%s (%s >= %s, on %s)" % (ENGINES[k]["name"], ENGINES[k]["title"], v["min"],
+                                      PLATFORM_TITLES[ENGINES[k]["platform"]])
+            for k, v in sorted(entry["engines"].items()) if v["min"] is not None]
         fail("engine", ENGINES[key]["name"], others, "%s on %s: %s" % (entry["title"], ENGINES[key]["title"],
                                                                        served["why"]))
     checkpoint = entry["checkpoints"][quant]
