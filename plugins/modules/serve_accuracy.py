@@ -177,11 +177,6 @@ def previous_served(path):
     return name, (env.get("MODEL") or "").strip() or None
 
 
-def previous_identity(path):
-    """QUANT-FRAMEWORK of an environment file, or None."""
-    return previous_served(path)[0]
-
-
 def read_json(path):
     try:
         with open(path) as handle:
