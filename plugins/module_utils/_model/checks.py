@@ -16,6 +16,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.kimi.deploy.plugins.module_utils._model.constraints import number
 from ansible_collections.kimi.deploy.plugins.module_utils._model.accelerators import (
     PLATFORM_TITLES, engine_for, platform_of)
 from ansible_collections.kimi.deploy.plugins.module_utils._model.memory import KV_ELEMENT
@@ -225,12 +226,9 @@ def check_mem(engine, mem):
     allowed = ["a number in (0, %s] for %s" % (knob["max"], knob["flag"])]
     if is_unset(mem):
         return knob["default"]
-    if isinstance(mem, bool):
-        fail("mem_fraction", mem, allowed)
-    try:
-        mem = float(mem)
-    except (TypeError, ValueError):
-        fail("mem_fraction", mem, allowed)
+    value, mem = mem, number(mem, float)
+    if mem is None:
+        fail("mem_fraction", value, allowed)
     if not 0.0 < mem <= knob["max"]:
         fail("mem_fraction", mem, allowed, knob["why_max"])
     return mem

@@ -31,25 +31,25 @@ TRUE = ("y", "yes", "on", "1", "true", "t")
 FALSE = ("n", "no", "off", "0", "false", "f")
 
 
-def _number(value, kind):
+def number(value, kind):
     """An int or float from a number or its text (-e gives text); None when it is neither (bools are not numbers)."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        number = value
+        parsed = value
     elif isinstance(value, str) and value.strip():
         try:
-            number = int(value.strip()) if kind is int else float(value.strip())
+            parsed = int(value.strip()) if kind is int else float(value.strip())
         except ValueError:
             return None
     else:
         return None
     if kind is int:
-        if isinstance(number, float):
-            return int(number) if number.is_integer() else None
-        return number
-    number = float(number)
-    return number if math.isfinite(number) else None
+        if isinstance(parsed, float):
+            return int(parsed) if parsed.is_integer() else None
+        return parsed
+    parsed = float(parsed)
+    return parsed if math.isfinite(parsed) else None
 
 
 class Constraint(object):
@@ -99,14 +99,14 @@ class Number(Constraint):
         return ["%s%s%s" % (what, (" " + span) if span else "", (" " + self.unit) if self.unit else "")]
 
     def _check(self, variable, value, ctx):
-        number = _number(value, self.type)
-        if number is None:
+        checked = number(value, self.type)
+        if checked is None:
             refuse(variable, value, self.allowed())
-        if self.low is not None and (number < self.low or (self.low_open and number == self.low)):
+        if self.low is not None and (checked < self.low or (self.low_open and checked == self.low)):
             refuse(variable, value, self.allowed())
-        if self.high is not None and (number > self.high or (self.high_open and number == self.high)):
+        if self.high is not None and (checked > self.high or (self.high_open and checked == self.high)):
             refuse(variable, value, self.allowed())
-        return number
+        return checked
 
     def edges(self):
         step = 1 if self.type is int else 0.01

@@ -27,6 +27,7 @@ from ansible_collections.kimi.deploy.plugins.module_utils._model.checkpoints imp
     GB, GIB, KV_ELEMENT)
 from ansible_collections.kimi.deploy.plugins.module_utils._model.memory import kv_bytes_per_token
 from ansible_collections.kimi.deploy.plugins.module_utils._model.models import DEFAULT_MODEL, model
+from ansible_collections.kimi.deploy.plugins.module_utils._model.constraints import number
 from ansible_collections.kimi.deploy.plugins.module_utils._model.inputs import DeploymentError, check_choice, fail, var
 
 CHOICES = ("none", "host")
@@ -54,16 +55,12 @@ def host_budget(memory_bytes, weights_bytes, nodes, shm_bytes):
 
 
 def _size_gib(value):
-    allowed = ["a whole number of GiB >= 1 (the host's total), or unset (sized from the host's memory)"]
-    if isinstance(value, bool):
-        fail("kv_offload_gb", value, allowed)
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        fail("kv_offload_gb", value, allowed)
-    if number != int(number) or number < 1:
-        fail("kv_offload_gb", value, allowed)
-    return int(number)
+    """kimi_kv_offload_gb as its site input's constraint reads it (site_inputs.py: a whole number of GiB from 1)."""
+    size = number(value, int)
+    if size is None or size < 1:
+        fail("kv_offload_gb", value, ["a whole number of GiB >= 1 (the host's total), or unset (sized from the host's "
+                                      "memory)"])
+    return size
 
 
 def resolve_kv_offload(inputs, spec, deployment, warnings):

@@ -474,7 +474,7 @@ INPUTS = (
         "sized in preflight from ansible_memtotal_mb - RAM less max(64 GiB, 10% of RAM), less this host's share of "
         "the checkpoint (weight loading streams it through the page cache), less the engine's /dev/shm staging. A "
         'larger value is refused with the maximum.',
-    ), check=M(Float(0, 1048576, low_open=True, unit="GiB"))),
+    ), check=M(Int(1, 1048576, unit="GiB"))),
 )
 
 HEADER = """\
