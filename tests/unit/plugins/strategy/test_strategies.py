@@ -205,6 +205,27 @@ def test_tasks_that_need_no_connection_run_in_the_controller_with_linears_result
     assert "ok=12 " in recap[0] and "skipped=1 " in recap[0] and "ignored=2 " in recap[0], output
 
 
+def test_a_task_run_in_the_controller_is_copied_with_its_blocks_but_not_their_other_tasks(linear):
+    """The copy run in the controller has its own enclosing blocks (their fields finalized on the copy, inherited
+    conditionals kept) but shares the blocks' other tasks with the play: Task.copy() duplicated them all, for every
+    task run inline (~4 s of a no-op converge)."""
+    from ansible.playbook.block import Block
+    from ansible.playbook.task import Task
+
+    outer = Block()
+    inner = Block(parent_block=outer)
+    outer.block = [inner]
+    tasks = [Task(block=inner) for _ in range(40)]
+    inner.block = tasks
+    inner.when = ["flag"]
+    copy = linear.inline_copy(tasks[7])
+    assert copy is not tasks[7] and copy._uuid == tasks[7]._uuid
+    assert copy._parent is not inner and copy._parent.when == ["flag"]
+    assert copy._parent._parent is not outer
+    assert all(mine is theirs for mine, theirs in zip(copy._parent.block, tasks))
+    assert copy._parent._parent.block[0] is inner
+
+
 def test_the_controller_collects_young_objects_less_often_during_a_play(linear):
     """The play runs with the controller's garbage-collection threshold raised (Python's 700 made ~1300 collections
     in a no-op converge of the demo host); what the play's run returns is still the strategy's own."""
