@@ -215,7 +215,7 @@ def test_a_task_run_in_the_controller_is_copied_with_its_blocks_but_not_their_ot
     outer = Block()
     inner = Block(parent_block=outer)
     outer.block = [inner]
-    tasks = [Task(block=inner) for _ in range(40)]
+    tasks = [Task(block=inner) for _number in range(40)]
     inner.block = tasks
     inner.when = ["flag"]
     copy = linear.inline_copy(tasks[7])
