@@ -241,9 +241,10 @@ def _needs_worker(*_args, **_kwargs):
 
 
 def inline_copy(task):
-    """The task with copies of its enclosing blocks (whose fields it inherits, and TaskExecutor finalizes in place),
-    but not of the blocks' other tasks: Task.copy() duplicates every task of every enclosing block, ~0.25 s per task
-    in kimi_switch's main.yml, ~4 s of a no-op converge of the demo host."""
+    """The task and its chain of enclosing blocks, copied (TaskExecutor finalizes the task's block in place). The copied
+    blocks' task lists still hold the play's own tasks: safe, as a block's task lists are never post-validated (Block
+    is not a _post_validate_object). Task.copy() duplicated every task of every enclosing block: ~0.25 s per task in
+    kimi_switch's main.yml, ~4 s of a no-op converge of the demo host."""
     return task.copy(exclude_tasks=True)
 
 
@@ -253,7 +254,7 @@ def run_inline(strategy, host, task, task_vars, play_context):
 
     A worker is a fork of the controller (~0.05 s of CPU each on the demo host, before the task does anything): a no-op
     converge of the demo host forked ~280 of them, ~190 for tasks that ran no module. Here the task runs on a copy
-    (TaskExecutor finalizes the task's and its blocks' fields in place, which a worker does on its own copy) and its
+    (TaskExecutor finalizes the task's and its block's fields in place, which a worker does on its own copy) and its
     result goes through the same queue a worker's does."""
     controller_only = task.action in CONTROLLER_ACTIONS
     # A module task is tried here only for its conditional; one with a loop goes to a worker before any lookup runs.

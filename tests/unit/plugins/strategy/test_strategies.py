@@ -209,8 +209,10 @@ def test_a_task_run_in_the_controller_is_copied_with_its_blocks_but_not_their_ot
     """The copy run in the controller has its own enclosing blocks (their fields finalized on the copy, inherited
     conditionals kept) but shares the blocks' other tasks with the play: Task.copy() duplicated them all, for every
     task run inline (~4 s of a no-op converge)."""
+    from ansible.parsing.dataloader import DataLoader
     from ansible.playbook.block import Block
     from ansible.playbook.task import Task
+    from ansible.template import Templar
 
     outer = Block()
     inner = Block(parent_block=outer)
@@ -224,6 +226,11 @@ def test_a_task_run_in_the_controller_is_copied_with_its_blocks_but_not_their_ot
     assert copy._parent._parent is not outer
     assert all(mine is theirs for mine, theirs in zip(copy._parent.block, tasks))
     assert copy._parent._parent.block[0] is inner
+    # TaskExecutor finalizes the copy's block in place: the play's blocks and tasks stay as they were.
+    templar = Templar(loader=DataLoader())
+    copy._parent.post_validate(getattr(templar, "_engine", templar))
+    assert copy._parent._finalized
+    assert not (inner._finalized or outer._finalized or any(task._finalized for task in tasks))
 
 
 def test_the_controller_collects_young_objects_less_often_during_a_play(linear):
