@@ -472,7 +472,14 @@ def test_vllm_data_parallel_engines_each_have_their_series_and_share_the_request
     v = start("vllm", ["--data-parallel-size", "2"])
     for i in range(4):
         assert v.post(chat("hello %d" % i))[0] == 200
-    text = v.get("/metrics")[1]
+    # The double observes a request's latencies after its answer is sent: read the series once the last one is in.
+    deadline = time.time() + 10
+    while True:
+        text = v.get("/metrics")[1]
+        observed = re.findall(r'^vllm:e2e_request_latency_seconds_count\{.*\} ([0-9.]+)$', text, re.M)
+        if sum(map(float, observed)) >= 4 or time.time() > deadline:
+            break
+        time.sleep(0.05)
     for index in ("0", "1"):
         success = re.search(r'^vllm:request_success_total\{model_name="kimi-k2.6",engine="%s",finished_reason="stop"\} '
                             r'([0-9.]+)$' % index, text, re.M)
